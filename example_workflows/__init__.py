@@ -1,0 +1,1 @@
+"""Real pipelines that run with Nipype's own plugins and with Sea."""

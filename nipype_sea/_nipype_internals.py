@@ -1,0 +1,201 @@
+"""Every use of Nipype's private API by SeaMultiProc, in one module, pinned to tested versions.
+
+Nipype offers no public hooks for placement, so SeaMultiProc subclasses ``MultiProcPlugin`` and
+overrides its private methods. This module turns those private hooks into a handful of events
+(:class:`EventedMultiProc`) and reads the private node attributes the adapter needs. The tests in
+``tests/test_nipype_internals.py`` check each assumption and fail loudly when a Nipype release
+changes one; the supported range is :data:`TESTED_RANGE`.
+
+Facts relied upon (nipype 1.8-1.12):
+- ``DistributedPluginBase.run`` sleeps ``poll_sleep_duration`` between rounds and calls
+  ``_send_procs_to_workers`` each round; MultiProc sorts ready jobs with ``_sort_jobs``, checks
+  ``_local_hash_check``, then ``_submit_job(deepcopy(node))``; results come back through
+  ``_async_callback`` -> ``_get_result`` -> ``_task_finished_cb`` / ``_clean_queue``.
+- ``Node.output_dir()`` is cached in ``Node._output_dir``; consumers read a producer's
+  ``result_<name>.pklz`` at the path in ``node.input_source``, fixed before the run starts.
+- MapNode sub-nodes live in ``<mapnode dir>/mapflow`` and are tracked in ``mapnodesubids``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+from traceback import format_exception
+
+import nipype
+from nipype.pipeline.engine import MapNode
+from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
+
+TESTED_RANGE = ("1.8", "1.13")  # [lowest tested, first untested)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def nipype_version_supported(version: str = nipype.__version__) -> bool:
+    low, high = TESTED_RANGE
+    return _release(low) <= _release(version) < _release(high)
+
+
+# ------------------------------------------------------------------------- nodes
+def workflow_home(graph) -> Path | None:
+    """The workflow's ``base_dir`` (every execution node carries it), or ``None`` if unset."""
+    base_dirs = {node.base_dir for node in graph.nodes()}
+    if len(base_dirs) != 1 or None in base_dirs:
+        return None
+    return Path(base_dirs.pop()).resolve()
+
+
+def logical_dir(node) -> Path:
+    """The node's directory as Nipype records it; calling it caches the path before Sea links it."""
+    return Path(node.output_dir())
+
+
+def set_run_dir(node, path: Path) -> None:
+    """Make the (copied) node run in ``path``: its real directory, which Nipype may empty."""
+    node._output_dir = str(path)
+
+
+def producers(node, graph) -> list[tuple[Path, str]]:
+    """(producer directory, edge label) for each connected input, plus order-only edges."""
+    edges = [(Path(result).parent, f"{out}->{field}") for field, (result, out) in sorted(node.input_source.items())]
+    known = {directory for directory, _ in edges}
+    for pred in graph.predecessors(node):
+        directory = logical_dir(pred)
+        if directory not in known:
+            edges.append((directory, "order"))
+    return edges
+
+
+def own_inputs(node) -> str:
+    """The node's unconnected inputs with their hashes, as Nipype hashes them, as text."""
+    hash_method = (node.config or {}).get("execution", {}).get("hash_method", "timestamp")
+    hashed, _ = node.inputs.get_hashval(hash_method=hash_method)
+    return repr([(name, value) for name, value in hashed if name not in node.input_source])
+
+
+def interface_name(node) -> str:
+    return type(node.interface).__name__
+
+
+def is_mapnode(node) -> bool:
+    return isinstance(node, MapNode)
+
+
+def sink_base_directory(node) -> Path | None:
+    value = getattr(node.inputs, "base_directory", None)
+    if isinstance(value, str) and value:
+        return Path(value).resolve()
+    return None
+
+
+def redirect_sink(node, staging: Path) -> None:
+    node.inputs.base_directory = str(staging)
+
+
+# ------------------------------------------------------------------------- plugin hooks
+class EventedMultiProc(MultiProcPlugin):
+    """MultiProc with its private hooks turned into events for an adapter.
+
+    Subclasses implement ``order_ready_jobs``, ``prepare_node``, ``retry_node``, ``job_finished``
+    and ``job_failed``; they call ``skip_job`` to mark a job done without running it. The scheduling
+    loop wakes as soon as a job finishes instead of sleeping ``poll_sleep_duration`` (kept as the
+    longest wait).
+    """
+
+    def __init__(self, plugin_args=None):
+        super().__init__(plugin_args=plugin_args)
+        self._wake = threading.Event()
+        self._poll_timeout = 2.0
+        self._submitted: dict[int, tuple[object, bool]] = {}
+
+    # events (no-op defaults) ---------------------------------------------
+    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
+        return jobids
+
+    def prepare_node(self, node) -> None:
+        """``node`` is the copy about to be sent to a worker process."""
+
+    def retry_node(self, node, traceback_text: str) -> bool:
+        """Return True to resubmit the (re-prepared) copy instead of reporting the failure."""
+        return False
+
+    def job_finished(self, node, cached: bool) -> None: ...
+
+    def job_failed(self, node) -> None: ...
+
+    # helpers for subclasses ---------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def skip_job(self, jobid: int) -> None:
+        self.proc_done[jobid] = True
+        self.proc_pending[jobid] = True
+        self._task_finished_cb(jobid, cached=True)
+
+    def shutdown_pool(self) -> None:
+        """Wait for jobs still running (a crash ends the loop, not the worker processes)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # Nipype's private hooks ----------------------------------------------------
+    def run(self, graph, config, updatehash=False):
+        execution = dict(config["execution"])
+        self._poll_timeout = float(execution.get("poll_sleep_duration", 2))
+        execution["poll_sleep_duration"] = "0"
+        return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
+
+    def _send_procs_to_workers(self, updatehash=False, graph=None):
+        self._wake.clear()
+        super()._send_procs_to_workers(updatehash=updatehash, graph=graph)
+        if not any(taskid in self._taskresult for taskid, _ in self.pending_tasks):
+            self._wake.wait(self._poll_timeout if self.pending_tasks else 0.01)
+
+    def _sort_jobs(self, jobids, scheduler="tsort"):
+        return self.order_ready_jobs(list(super()._sort_jobs(jobids, scheduler=scheduler)))
+
+    def _submit_job(self, node, updatehash=False):
+        self.prepare_node(node)
+        taskid = super()._submit_job(node, updatehash=updatehash)
+        self._submitted[taskid] = (node, updatehash)
+        return taskid
+
+    def _async_callback(self, args):
+        try:
+            super()._async_callback(args)
+        except BaseException:  # the worker process died: report it as the task's failure
+            for taskid, future in self._task_obj.items():
+                if future is args:
+                    self._taskresult[taskid] = {"result": None, "traceback": format_exception(*sys.exc_info()), "taskid": taskid}
+        finally:
+            self._wake.set()
+
+    def _get_result(self, taskid):
+        result = super()._get_result(taskid)
+        if result and result.get("traceback") and taskid in self._submitted:
+            node, updatehash = self._submitted[taskid]
+            if self.retry_node(node, "".join(result["traceback"])):
+                del self._taskresult[taskid]
+                future = self.pool.submit(run_node, node, updatehash, taskid)
+                self._task_obj[taskid] = future
+                future.add_done_callback(self._async_callback)
+                return None
+        return result
+
+    def _clear_task(self, taskid):
+        super()._clear_task(taskid)
+        self._submitted.pop(taskid, None)
+
+    def _task_finished_cb(self, jobid, cached=False):
+        super()._task_finished_cb(jobid, cached=cached)
+        if jobid not in self.mapnodesubids:
+            self.job_finished(self.procs[jobid], cached)
+
+    def _clean_queue(self, jobid, graph, result=None):
+        self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])
+        return super()._clean_queue(jobid, graph, result=result)
+
+    def _remove_node_dirs(self):
+        """Sea evicts node directories itself, once their consumers finished and flushes committed."""

@@ -1,0 +1,133 @@
+"""SeaMultiProc: Nipype's MultiProc with Sea's data placement.
+
+``workflow.run(plugin='SeaMultiProc', plugin_args={'n_procs': 4, 'sea': 'sea.yml'})``: the same
+keys as MultiProc, plus ``sea`` (a YAML path or a dict; ``$SEA_CONFIG`` when absent). Each node's
+working directory runs on the fastest node-local tier with room, linked from its usual place in
+``base_dir``; sinks write to a fast tier and the stager copies their outputs home in the
+background; a node's directory is evicted once all its consumers finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import nipype
+
+from sea import NodeSpec, SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
+
+from . import _nipype_internals as nx_
+
+logger = logging.getLogger("nipype.workflow")
+
+
+class SeaMultiProcPlugin(nx_.EventedMultiProc):
+    """MultiProc plus Sea: accepts every MultiProc key (``n_procs``, ``memory_gb``,
+    ``raise_insufficient``, ``scheduler``, ...) and ``sea``."""
+
+    def __init__(self, plugin_args=None):
+        plugin_args = dict(plugin_args or {})
+        self.sea_config = SeaConfig.load(plugin_args.get("sea"))  # a bad config fails here, before any node
+        if not nx_.nipype_version_supported():
+            warnings.warn(f"SeaMultiProc is tested with nipype {'-'.join(nx_.TESTED_RANGE)}, not {nipype.__version__}", stacklevel=2)
+        super().__init__(plugin_args=plugin_args)
+        self.engine: SeaEngine | None = None
+        self.home: Path | None = None
+        self.report = None
+
+    # ------------------------------------------------------------------ run
+    def run(self, graph, config, updatehash=False):
+        home = nx_.workflow_home(graph)
+        if home is None:
+            raise SeaConfigError(
+                "the workflow has no base_dir: Sea keeps its resumable state and outputs there (the home, on the "
+                "shared filesystem); set workflow.base_dir = '/path/to/work' before run()"
+            )
+        self.home = home
+        self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake)
+        self.engine.update_graph(WorkflowGraph.from_specs(self._node_specs(graph, home)))
+        success = False
+        try:
+            result = super().run(graph, config, updatehash=updatehash)
+            success = True
+            return result
+        finally:
+            self.shutdown_pool()
+            self.report = self.engine.close(success=success)
+
+    def _node_specs(self, graph, home: Path) -> list[NodeSpec]:
+        specs = []
+        for node in graph.nodes():
+            key = self._key(nx_.logical_dir(node))
+            kind = nx_.interface_name(node)
+            sink = nx_.sink_base_directory(node) if kind in self.sea_config.sinks else None
+            specs.append(
+                NodeSpec(
+                    key=key,
+                    kind=f"{kind}:{node.name}",
+                    signature=nx_.own_inputs(node),
+                    upstream=tuple((self._key(d), label) for d, label in nx_.producers(node, graph)),
+                    sink_destination=sink,
+                    persist_dir=kind in self.sea_config.sinks and sink is None,
+                )
+            )
+        return specs
+
+    def _key(self, directory: Path) -> str:
+        return str(Path(directory).relative_to(self.home))
+
+    def _node_key(self, node) -> str:
+        return self._key(nx_.logical_dir(node))
+
+    # ------------------------------------------------------------------ events
+    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
+        by_key = {self._node_key(self.procs[j]): j for j in jobids}
+        ordered = []
+        for key in self.engine.order(list(by_key)):
+            jobid = by_key[key]
+            if self.engine.is_skipped(key):
+                self.skip_job(jobid)
+                continue
+            if nx_.is_mapnode(self.procs[jobid]) and key in self.engine.graph:
+                self.engine.place(key)  # its sub-nodes and report are written inside it
+            ordered.append(jobid)
+        return ordered
+
+    def prepare_node(self, node) -> None:
+        key = self._node_key(node)
+        if key not in self.engine.graph:  # a MapNode's sub-node: runs inside its parent's directory
+            owner = self.engine.graph.owner(key)
+            if owner is not None:
+                self.engine.place(owner)
+            return
+        placement = self.engine.place(key)
+        nx_.set_run_dir(node, placement.physical)
+        if placement.staging is not None:
+            nx_.redirect_sink(node, placement.staging)
+
+    def retry_node(self, node, traceback_text: str) -> bool:
+        key = self._node_key(node)
+        placement = self.engine.retry_elsewhere(key, traceback_text)
+        if placement is None:
+            return False
+        nx_.set_run_dir(node, placement.physical)
+        if placement.staging is not None:
+            nx_.redirect_sink(node, placement.staging)
+        return True
+
+    def job_finished(self, node, cached: bool) -> None:
+        key = self._node_key(node)
+        if key not in self.engine.graph:
+            return
+        if self.engine.is_skipped(key):
+            self.engine.node_skipped(key)
+        elif cached:
+            self.engine.node_cached(key)
+        else:
+            self.engine.node_finished(key)
+
+    def job_failed(self, node) -> None:
+        key = self._node_key(node)
+        if key in self.engine.graph:
+            self.engine.node_failed(key)

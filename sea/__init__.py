@@ -1,0 +1,24 @@
+"""Sea for workflows: node working directories on fast node-local storage, outputs staged home.
+
+The core is framework-neutral: it imports nothing from Nipype or Pydra. Adapters (``nipype_sea``,
+later ``pydra_sea``) translate their engine's graph and callbacks into :class:`SeaEngine` calls.
+"""
+
+from .config import Mode, Rule, SeaConfig, SeaConfigError, TierSpec
+from .engine import Placement, SeaEngine, SeaFlushError
+from .graph import NodeSpec, WorkflowGraph
+from .report import RunReport
+
+__all__ = [
+    "Mode",
+    "NodeSpec",
+    "Placement",
+    "Rule",
+    "RunReport",
+    "SeaConfig",
+    "SeaConfigError",
+    "SeaEngine",
+    "SeaFlushError",
+    "TierSpec",
+    "WorkflowGraph",
+]

@@ -1,0 +1,330 @@
+"""Sea's configuration: one typed dataclass, read from a dict, a YAML file or ``$SEA_CONFIG``.
+
+Every field carries its documentation in its metadata (``doc`` and ``example``); the same text
+feeds ``docs/configuration.md`` (see ``sea config-docs``) and the error messages, so the three
+cannot drift apart. Every problem is raised as one :class:`SeaConfigError` line that says what is
+wrong and how to fix it, before any node runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import re
+import string
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .sizes import parse_fraction, parse_size
+
+ENV_VAR = "SEA_CONFIG"
+
+
+class SeaConfigError(ValueError):
+    """A configuration problem, stated in one line with its fix."""
+
+
+class Mode(str, enum.Enum):
+    """Sea's four data-management modes (``.sea_flushlist`` / ``.sea_evictlist`` semantics)."""
+
+    COPY = "copy"  # flush home, keep on the fast tier until its consumers are done
+    MOVE = "move"  # flush home, then evict
+    REMOVE = "remove"  # evict without flushing
+    KEEP = "keep"  # neither: stays on the fast tier after the run
+
+    @property
+    def flushes(self) -> bool:
+        return self in (Mode.COPY, Mode.MOVE)
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """One storage tier as the user wrote it (paths are expanded, not yet checked)."""
+
+    path: str = field(metadata={"doc": "directory on node-local storage; must exist; ${VAR} expanded"})
+    capacity: str | None = field(
+        default=None,
+        metadata={"doc": "cap on top of the real free space: a size ('4GiB') or a share of the filesystem ('80%')"},
+    )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An override of what the graph decides for the files whose path matches ``pattern``."""
+
+    pattern: str = field(metadata={"doc": "glob on the path relative to the home ('**' crosses directories), or 're:' + a regex"})
+    mode: Mode = field(metadata={"doc": "copy | move | remove | keep"})
+
+    def matches(self, relpath: str) -> bool:
+        return _compile_pattern(self.pattern).fullmatch(relpath) is not None
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compile_pattern(self.pattern)
+
+
+def _compile_pattern(pattern: str) -> re.Pattern[str]:
+    if pattern.startswith("re:"):
+        return re.compile(pattern[3:])
+    return re.compile(glob_to_regex(pattern))
+
+
+def glob_to_regex(pattern: str) -> str:
+    """Translate a path glob: ``*`` and ``?`` stay in one path component, ``**`` crosses them."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _doc(doc: str, example: Any = None) -> dict[str, Any]:
+    return {"doc": doc, "example": example}
+
+
+@dataclass(frozen=True)
+class SeaConfig:
+    """What ``plugin_args['sea']`` (or the YAML file it names, or ``$SEA_CONFIG``) holds."""
+
+    tiers: tuple[TierSpec, ...] | None = field(
+        default=None,
+        metadata=_doc(
+            "node-local storage tiers, fastest first; the workflow's base_dir (the home, on the shared "
+            "filesystem) is the last tier, implicit. Without this key Sea uses $SLURM_TMPDIR, then $TMPDIR, "
+            "then /dev/shm, skipping any on the home's filesystem. Sea works in a private (0700) subdirectory "
+            "it creates in each.",
+            [{"path": "/dev/shm", "capacity": "4GiB"}, {"path": "${SLURM_TMPDIR}/sea"}],
+        ),
+    )
+    rules: tuple[Rule, ...] = field(
+        default=(),
+        metadata=_doc(
+            "overrides of what the graph decides, first match wins: copy (flush home and keep), move (flush "
+            "home and evict), remove (evict, never flush), keep (leave on the tier)",
+            [{"pattern": "**/_report/**", "mode": "copy"}],
+        ),
+    )
+    keep_intermediates: bool = field(
+        default=False,
+        metadata=_doc("also flush every node's working directory home (Sea's copy-all)", False),
+    )
+    stager_threads: int = field(
+        default=2, metadata=_doc("threads copying declared outputs home in the background", 2)
+    )
+    report: str = field(
+        default="sea-report.json",
+        metadata=_doc("where the end-of-run report is written, relative to the home (base_dir)", "sea-report.json"),
+    )
+    sinks: tuple[str, ...] = field(
+        default=("DataSink",),
+        metadata=_doc(
+            "interface class names whose base_directory receives declared outputs (staged on a fast tier, "
+            "copied home by the stager)",
+            ["DataSink", "DerivativesDataSink"],
+        ),
+    )
+    default_node_size: int = field(
+        default=64 * 2**20,
+        metadata=_doc(
+            "space reserved for a node whose size cannot be estimated yet (no finished node with the same "
+            "interface, no measured inputs)",
+            "64MiB",
+        ),
+    )
+
+    # ------------------------------------------------------------------ loading
+    @classmethod
+    def load(cls, source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> "SeaConfig":
+        """Read a config from a dict, a YAML path, or ``$SEA_CONFIG``; defaults when none is given."""
+        if isinstance(source, SeaConfig):
+            return source
+        if source is None:
+            source = os.environ.get(ENV_VAR) or None
+            if source is None:
+                return cls()
+        if isinstance(source, (str, os.PathLike)):
+            return cls.from_mapping(_read_yaml(Path(source)), origin=str(source))
+        if isinstance(source, Mapping):
+            return cls.from_mapping(source)
+        raise SeaConfigError(
+            f"sea config must be a path to a YAML file or a dict, not {type(source).__name__}: "
+            "pass plugin_args={'sea': 'sea.yml'} or plugin_args={'sea': {'tiers': [...]}}"
+        )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], origin: str = "sea config") -> "SeaConfig":
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise SeaConfigError(
+                f"{origin}: the top level must be a mapping of keys ({', '.join(cls.keys())}), "
+                f"not a {type(data).__name__}"
+            )
+        known = cls.keys()
+        for key in data:
+            if key not in known:
+                raise SeaConfigError(f"{origin}: unknown key {key!r}{_did_you_mean(str(key), known)}; valid keys: {', '.join(known)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
+        return cls(**kwargs)
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, Any, Any]]:
+        """(key, doc, default, example) for every key: the source of docs/configuration.md."""
+        rows = []
+        for f in fields(cls):
+            default = f.default if f.default is not MISSING else None
+            rows.append((f.name, f.metadata["doc"], default, f.metadata.get("example")))
+        return rows
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise SeaConfigError(
+            f"sea config file {str(path)!r} does not exist: give the path of a YAML file, or a dict"
+        )
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SeaConfigError(f"malformed YAML in {path}{where}: {problem}; fix the syntax (indentation, colons, quotes)") from None
+
+
+def expand_vars(text: str, what: str) -> str:
+    """``${VAR}`` / ``$VAR`` expansion that refuses unset variables instead of leaving them in a path."""
+    try:
+        return string.Template(text).substitute(os.environ)
+    except KeyError as exc:
+        raise SeaConfigError(
+            f"{what}: environment variable ${{{exc.args[0]}}} is not set; set it or write the path out"
+        ) from None
+    except ValueError:
+        raise SeaConfigError(f"{what}: {text!r} has a stray '$'; write ${{VAR}} or $$ for a literal $") from None
+
+
+# --------------------------------------------------------------------- field parsers
+def _parse_tiers(value: Any, what: str) -> tuple[TierSpec, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise SeaConfigError(f"{what} must be a non-empty list like [{{path: /dev/shm, capacity: 4GiB}}]")
+    tiers = []
+    for i, item in enumerate(value):
+        where = f"{what}[{i}]"
+        if isinstance(item, str):
+            item = {"path": item}
+        if not isinstance(item, Mapping):
+            raise SeaConfigError(f"{where} must be a mapping with 'path' (and optional 'capacity'), not {item!r}")
+        for key in item:
+            if key not in ("path", "capacity"):
+                raise SeaConfigError(f"{where}: unknown key {key!r}{_did_you_mean(str(key), ['path', 'capacity'])}; a tier has 'path' and 'capacity'")
+        if not isinstance(item.get("path"), str) or not item["path"].strip():
+            raise SeaConfigError(f"{where}: 'path' is missing or not a string; write path: /dev/shm")
+        capacity = item.get("capacity")
+        if capacity is not None:
+            capacity = str(capacity)
+            try:
+                if parse_fraction(capacity) is None:
+                    parse_size(capacity)
+            except ValueError as exc:
+                raise SeaConfigError(f"{where}: capacity {exc}, or a share like '80%'") from None
+        tiers.append(TierSpec(path=expand_vars(item["path"], f"{where}.path"), capacity=capacity))
+    return tuple(tiers)
+
+
+def _parse_rules(value: Any, what: str) -> tuple[Rule, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise SeaConfigError(f"{what} must be a list like [{{pattern: '**/_report/**', mode: copy}}]")
+    rules = []
+    modes = [m.value for m in Mode]
+    for i, item in enumerate(value):
+        where = f"{what}[{i}]"
+        if not isinstance(item, Mapping) or set(item) != {"pattern", "mode"}:
+            raise SeaConfigError(f"{where} must have exactly the keys 'pattern' and 'mode', e.g. {{pattern: '**/*.nii.gz', mode: copy}}; got {item!r}")
+        pattern, mode = item["pattern"], item["mode"]
+        if not isinstance(pattern, str) or not pattern:
+            raise SeaConfigError(f"{where}: pattern must be a non-empty string (a glob, or 're:' + a regex)")
+        if mode not in modes:
+            raise SeaConfigError(f"{where}: mode {mode!r} is not one of {', '.join(modes)}{_did_you_mean(str(mode), modes)}")
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as exc:
+                raise SeaConfigError(f"{where}: {pattern!r} is not a valid regular expression ({exc}); fix it or use a glob") from None
+        rules.append(Rule(pattern=pattern, mode=Mode(mode)))
+    return tuple(rules)
+
+
+def _parse_bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SeaConfigError(f"{what} must be true or false, not {value!r}")
+    return value
+
+
+def _parse_threads(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise SeaConfigError(f"{what} must be a whole number from 1 to 64, not {value!r}")
+    return value
+
+
+def _parse_report(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SeaConfigError(f"{what} must be a file name such as 'sea-report.json', not {value!r}")
+    return value
+
+
+def _parse_sinks(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.isidentifier() for v in value):
+        raise SeaConfigError(f"{what} must be a list of interface class names, e.g. [DataSink, DerivativesDataSink]")
+    return tuple(value)
+
+
+def _parse_node_size(value: Any, what: str) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise SeaConfigError(f"{what}: {exc}") from None
+
+
+_PARSERS = {
+    "tiers": _parse_tiers,
+    "rules": _parse_rules,
+    "keep_intermediates": _parse_bool,
+    "stager_threads": _parse_threads,
+    "report": _parse_report,
+    "sinks": _parse_sinks,
+    "default_node_size": _parse_node_size,
+}
+assert set(_PARSERS) == set(SeaConfig.keys())

@@ -1,0 +1,521 @@
+"""The seam between Sea's core and a workflow engine's adapter.
+
+An adapter tells the engine what happens, the engine owns every decision::
+
+    engine = SeaEngine(SeaConfig.load(...), home=base_dir)     # checks tiers: SeaConfigError if bad
+    engine.update_graph(WorkflowGraph.from_specs(specs))      # checks rules; plans the resume
+    for key in engine.order(ready_keys):                       # locality first, depth-first
+        if engine.is_skipped(key):   engine.node_skipped(key); continue
+        placement = engine.place(key)                          # where the node's directory goes
+        ... run the node in placement.logical (a link to placement.physical) ...
+        engine.node_finished(key)       # or node_cached(key), retry_elsewhere(key, error), node_failed(key)
+    report = engine.close(success=True)                        # drains the stager, evicts, reports
+
+A runnable example with real files::
+
+    >>> import tempfile, pathlib
+    >>> from sea.config import SeaConfig
+    >>> from sea.graph import NodeSpec, WorkflowGraph
+    >>> home = pathlib.Path(tempfile.mkdtemp(dir="/var/tmp")); out = home / "out"
+    >>> engine = SeaEngine(SeaConfig.load({"tiers": [{"path": "/dev/shm"}]}), home)
+    >>> engine.update_graph(WorkflowGraph.from_specs([
+    ...     NodeSpec("wf/make"),
+    ...     NodeSpec("wf/sink", kind="DataSink", upstream=(("wf/make", "x"),), sink_destination=out)]))
+    >>> p = engine.place("wf/make"); _ = (p.logical / "x.txt").write_text("hello")
+    >>> p.physical.is_relative_to("/dev/shm"), p.logical.is_symlink()
+    (True, True)
+    >>> engine.node_finished("wf/make")
+    >>> s = engine.place("wf/sink"); s.staging.mkdir(); _ = (s.staging / "x.txt").write_text("hello")
+    >>> engine.node_finished("wf/sink")
+    >>> report = engine.close(success=True)
+    >>> (out / "x.txt").read_text(), (home / "wf/make").exists(), report.files_flushed
+    ('hello', False, 1)
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Mode, Rule, SeaConfig, SeaConfigError
+from .estimate import SizeEstimator
+from .graph import NodeSpec, WorkflowGraph
+from .journal import Journal
+from .ordering import order_ready
+from .report import RunReport, TierReport
+from .resume import plan_skips
+from .stager import TMP_MARK, FlushBatch, Stager
+from .tiers import StorageHierarchy, Tier
+
+STAGING_DIR = "_sea_declared"
+ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
+# files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
+_PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
+
+
+class SeaFlushError(RuntimeError):
+    """A declared output could not be committed home; its fast-tier copy is kept."""
+
+
+class State(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CACHED = "cached"  # the engine's own cache check found it done in the home
+    SKIPPED = "skipped"  # Sea's resume plan found it done
+    FAILED = "failed"
+
+
+@dataclass
+class Placement:
+    """Where a node runs: ``logical`` (in the home, what the engine records) links to ``physical``."""
+
+    key: str
+    logical: Path
+    physical: Path
+    tier: Tier
+    reserved: int
+    staging: Path | None = None  # a sink writes its declared outputs here instead of at home
+
+
+@dataclass
+class _Node:
+    spec: NodeSpec
+    consumers_left: set[str]
+    state: State = State.WAITING
+    placement: Placement | None = None
+    size: int = 0
+    flushes_pending: int = 0
+    flush_failed: bool = False
+    home_copy: Path | None = None  # node files flushed home, swapped in at eviction
+    home_copy_complete: bool = False
+    keep: bool = False
+    evicted: bool = False
+    tried: set[str] = field(default_factory=set)
+
+
+class SeaEngine:
+    """Placement, staging, eviction and resume for one run of one workflow."""
+
+    def __init__(
+        self,
+        config: SeaConfig,
+        home: Path,
+        log: logging.Logger | None = None,
+        on_event: Callable[[], None] | None = None,
+    ):
+        self.config = config
+        self.log = log or logging.getLogger("sea")
+        self.home = Path(home).resolve()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.hierarchy = StorageHierarchy.build(config, self.home)
+        self.estimator = SizeEstimator(config.default_node_size)
+        self.stager = Stager(config.stager_threads)
+        self.journal = Journal(self.home / ".sea" / "journal.jsonl")
+        self.report = RunReport()
+        self.graph = WorkflowGraph.from_specs([])
+        self._nodes: dict[str, _Node] = {}
+        self._skip: set[str] = set()
+        self._created_dirs: set[Path] = set()
+        self._wake = on_event or (lambda: None)
+        self._lock = self.hierarchy.lock
+        self._start = time.monotonic()
+        self._closed = False
+        self.log.info("[Sea] tiers: %s", self.hierarchy.describe())
+
+    # ---------------------------------------------------------------- graph
+    def update_graph(self, graph: WorkflowGraph) -> None:
+        """Take the workflow graph: check the rules against it, plan what a rerun can skip."""
+        self._check_rules(graph)
+        with self._lock:
+            self.graph = graph
+            self._skip = plan_skips(graph, self.journal, self.home)
+            for key, spec in graph.nodes.items():
+                self._nodes[key] = _Node(spec=spec, consumers_left=set(graph.consumers(key)))
+                logical = self.home / key
+                if key in self._skip:
+                    continue
+                if self.journal.get(key) is not None:
+                    # Sea's own leftovers from an earlier run of a node that must run again
+                    self._clear(logical)
+                    self.journal.write("forgotten", key)
+                elif logical.is_symlink():
+                    logical.unlink()  # a link into a tier of a run that was killed
+            self.report.nodes_total = len(graph)
+        if self._skip:
+            self.log.info("[Sea] %d of %d nodes are complete from an earlier run and will be skipped", len(self._skip), len(graph))
+
+    def _check_rules(self, graph: WorkflowGraph) -> None:
+        probes = [f"{key}/{name}" for key in graph.nodes for name in _PROBE_NAMES]
+        anchors = list(graph.nodes)
+        for spec in graph.nodes.values():
+            if spec.sink_destination is not None:
+                dest = self._rule_path(spec.sink_destination / "x")
+                probes.append(dest)
+                anchors.append(str(Path(dest).parent))
+        for i, rule in enumerate(self.config.rules):
+            if any(rule.matches(p) for p in probes):
+                continue
+            prefix = _literal_prefix(rule)
+            if any(a.startswith(prefix) or prefix.startswith(a) for a in anchors):
+                self.log.warning("[Sea] rules[%d] %r matches no file known before the run; it may match files made at run time", i, rule.pattern)
+                continue
+            example = next(iter(graph.nodes), "wf/node")
+            raise SeaConfigError(
+                f"rules[{i}]: pattern {rule.pattern!r} matches no path this workflow can produce "
+                f"(paths are relative to the home, like {example + '/_report/report.rst'!r}); fix the pattern or remove the rule"
+            )
+
+    def _rule_path(self, path: Path) -> str:
+        path = Path(path)
+        return str(path.relative_to(self.home)) if path.is_relative_to(self.home) else str(path)
+
+    def _mode(self, relpath: str, default: Mode) -> Mode:
+        for rule in self.config.rules:
+            if rule.matches(relpath):
+                return rule.mode
+        return default
+
+    # ---------------------------------------------------------------- scheduling
+    def is_skipped(self, key: str) -> bool:
+        return key in self._skip
+
+    def order(self, ready: list[str]) -> list[str]:
+        """Ready nodes, best first: inputs on the fastest tier, then deepest (depth-first)."""
+        with self._lock:
+            return order_ready(ready, self.graph, self._input_rank)
+
+    def _input_rank(self, key: str) -> int:
+        ranks = []
+        tiers = self.hierarchy.all
+        for producer in self.graph.producers(key):
+            p = self._nodes[producer].placement
+            ranks.append(tiers.index(p.tier) if p and not self._nodes[producer].evicted else len(tiers))
+        return min(ranks, default=len(tiers))
+
+    # ---------------------------------------------------------------- placement
+    def place(self, key: str) -> Placement:
+        """Create the node's directory on the fastest tier with room; link it from the home."""
+        with self._lock:
+            node = self._nodes[key]
+            if node.placement is not None and node.state is State.RUNNING:
+                return node.placement  # a MapNode placed before its sub-nodes, submitted again
+            input_bytes = sum(self._nodes[p].size for p in self.graph.producers(key))
+            estimate = self.estimator.estimate(node.spec.kind, input_bytes)
+            tier = self.hierarchy.choose(estimate, exclude=node.tried)
+            logical = self.home / key
+            self._clear(logical)
+            self._makedirs(logical.parent)
+            if tier.is_home:
+                physical = logical
+            else:
+                physical = tier.workdir / key
+                physical.mkdir(parents=True, exist_ok=True)
+                os.symlink(physical, logical, target_is_directory=True)
+            staging = physical / STAGING_DIR if node.spec.sink_destination is not None and not tier.is_home else None
+            node.placement = Placement(key, logical, physical, tier, estimate, staging)
+            node.state = State.RUNNING
+            self.journal.write("started", key, chain=self.graph.chain(key))
+            return node.placement
+
+    def _makedirs(self, path: Path) -> None:
+        missing = []
+        while not path.exists():
+            missing.append(path)
+            path = path.parent
+        for p in reversed(missing):
+            p.mkdir(exist_ok=True)
+            self._created_dirs.add(p)
+
+    @staticmethod
+    def _clear(logical: Path) -> None:
+        if logical.is_symlink() or logical.is_file():
+            logical.unlink()
+        elif logical.is_dir():
+            shutil.rmtree(logical)
+
+    # ---------------------------------------------------------------- transitions
+    def node_skipped(self, key: str) -> None:
+        with self._lock:
+            node = self._nodes[key]
+            node.state, node.evicted = State.SKIPPED, True
+            self.report.nodes_cached += 1
+            self._release_producers(key)
+        self._progress()
+
+    def node_cached(self, key: str) -> None:
+        """The engine found the node done in the home by its own hash check."""
+        with self._lock:
+            node = self._nodes[key]
+            if node.placement is not None and not node.placement.tier.is_home:
+                self._drop_placement(node)
+            node.state = State.CACHED
+            self.report.nodes_cached += 1
+            self._release_producers(key)
+        self._progress()
+
+    def node_finished(self, key: str) -> None:
+        with self._lock:
+            node = self._nodes[key]
+            p = node.placement
+            if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
+                p = node.placement = Placement(key, self.home / key, self.home / key, self.hierarchy.home, 0)
+            node.state = State.FINISHED
+            size, files = disk_usage(p.physical)
+            node.size = size
+            self.hierarchy.settle(p.tier, p.reserved, size)
+            self.estimator.learn(node.spec.kind, size)
+            self.report.nodes_run += 1
+            self.report.without_sea_bytes_home += size
+            self.report.without_sea_files_home += files
+            if p.tier.is_home:
+                self.report.files_created_home += files
+                self.report.bytes_written_home += size
+            else:
+                self.report.files_created_home += 1  # the link in the home
+            self.journal.write("done", key, chain=self.graph.chain(key))
+            self._schedule_flushes(node)
+            self._release_producers(key)
+            self._maybe_evict(key)
+        self._progress()
+
+    def retry_elsewhere(self, key: str, error_text: str) -> Placement | None:
+        """A node failed: if it ran out of space on a fast tier, place it on the next tier and
+        return the new placement so the adapter reruns it; otherwise ``None``."""
+        with self._lock:
+            node = self._nodes.get(key)
+            p = node.placement if node else None
+            if p is None or p.tier.is_home or not any(t in error_text for t in ENOSPC_TEXT):
+                return None
+            self.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
+            self.report.enospc_retries += 1
+            node.tried.add(p.tier.name)
+            self.estimator.learn(node.spec.kind, 2 * p.reserved)
+            self._drop_placement(node)
+            node.state = State.WAITING
+            return self.place(key)
+
+    def node_failed(self, key: str) -> None:
+        """The node failed for good (the engine writes its crash file); its directory comes home at close."""
+        with self._lock:
+            node = self._nodes[key]
+            if node.state is State.FAILED:
+                return
+            node.state = State.FAILED
+            self.report.nodes_failed += 1
+            p = node.placement
+            if p is not None:
+                node.size, _ = disk_usage(p.physical)
+                self.hierarchy.settle(p.tier, p.reserved, node.size)
+
+    def _drop_placement(self, node: _Node) -> None:
+        p = node.placement
+        if p.logical.is_symlink():
+            p.logical.unlink()
+        shutil.rmtree(p.physical, ignore_errors=True)
+        self.hierarchy.release(p.tier, reserved=p.reserved)
+        node.placement = None
+
+    def _release_producers(self, key: str) -> None:
+        for producer in self.graph.producers(key):
+            self._nodes[producer].consumers_left.discard(key)
+            self._maybe_evict(producer)
+
+    # ---------------------------------------------------------------- flush
+    def _schedule_flushes(self, node: _Node) -> None:
+        p = node.placement
+        key = node.spec.key
+        if p.staging is not None and p.staging.exists():
+            files = []
+            for src in _walk_files(p.staging):
+                dst = node.spec.sink_destination / src.relative_to(p.staging)
+                mode = self._mode(self._rule_path(dst), Mode.MOVE)
+                if mode.flushes:
+                    files.append((src, dst))
+                node.keep |= mode is Mode.KEEP
+            self._submit(node, FlushBatch(key, files, self._sink_committed))
+        if p.tier.is_home:
+            return
+        default = Mode.COPY if (self.config.keep_intermediates or node.spec.persist_dir) else Mode.REMOVE
+        files, all_files = [], 0
+        copy_dir = p.logical.parent / f".{p.logical.name}{TMP_MARK}dir"
+        for src in _walk_files(p.physical):
+            rel = src.relative_to(p.physical)
+            if p.staging is not None and rel.parts[0] == STAGING_DIR:
+                continue
+            all_files += 1
+            mode = self._mode(f"{key}/{rel}", default)
+            node.keep |= mode is Mode.KEEP
+            if mode.flushes:
+                files.append((src, copy_dir / rel))
+        if files:
+            node.home_copy = copy_dir
+            node.home_copy_complete = len(files) == all_files
+            self._submit(node, FlushBatch(key, files, self._dir_committed))
+
+    def _submit(self, node: _Node, batch: FlushBatch) -> None:
+        node.flushes_pending += 1
+        self.stager.submit(batch)
+
+    def _settle_batch(self, batch: FlushBatch) -> _Node:
+        node = self._nodes[batch.key]
+        node.flushes_pending -= 1
+        self.report.bytes_flushed += batch.bytes
+        self.report.files_flushed += len(batch.committed)
+        self.report.bytes_written_home += batch.bytes
+        self.report.files_created_home += len(batch.committed)
+        if batch.errors:
+            node.flush_failed = True
+            self.report.flush_errors.extend(batch.errors)
+        return node
+
+    def _sink_committed(self, batch: FlushBatch) -> None:
+        with self._lock:
+            node = self._settle_batch(batch)
+            if batch.committed:
+                files = [[str(dst), size, mtime] for dst, size, mtime in batch.committed]
+                self.journal.write("committed", batch.key, files=files)
+            self._maybe_evict(batch.key)
+        self._wake()
+
+    def _dir_committed(self, batch: FlushBatch) -> None:
+        with self._lock:
+            self._settle_batch(batch)
+            self._maybe_evict(batch.key)
+        self._wake()
+
+    # ---------------------------------------------------------------- eviction
+    def _maybe_evict(self, key: str) -> None:
+        """Evict once every consumer finished and every flush committed; never earlier."""
+        node = self._nodes[key]
+        if (
+            node.evicted
+            or node.keep
+            or node.state is not State.FINISHED
+            or node.consumers_left
+            or node.flushes_pending
+            or node.flush_failed
+        ):
+            return
+        p = node.placement
+        if p.tier.is_home:
+            if node.spec.persist_dir or self.config.keep_intermediates:
+                return
+            self._evict_home_dir(node)
+        else:
+            if p.logical.is_symlink():
+                p.logical.unlink()
+            if node.home_copy is not None:
+                os.rename(node.home_copy, p.logical)
+            shutil.rmtree(p.physical, ignore_errors=True)
+            self.hierarchy.release(p.tier, used=node.size)
+        node.evicted = True
+        if node.home_copy is None or not node.home_copy_complete:
+            self.journal.write("evicted", key)
+
+    def _evict_home_dir(self, node: _Node) -> None:
+        """A node that spilled to the home is an intermediate there too: remove it like Nipype's
+        ``remove_node_directories`` would, once nothing needs it."""
+        shutil.rmtree(node.placement.physical, ignore_errors=True)
+        self.hierarchy.release(node.placement.tier, used=node.size)
+
+    # ---------------------------------------------------------------- progress and end
+    def _progress(self) -> None:
+        done = sum(1 for n in self._nodes.values() if n.state in (State.FINISHED, State.CACHED, State.SKIPPED))
+        self.log.info("[Sea] %d/%d nodes done, stager queue %d files", done, len(self._nodes), self.stager.queue_length)
+
+    def close(self, success: bool = True) -> RunReport:
+        """Wait for every flush to commit, evict what is left on the tiers, write the report.
+
+        Raises :class:`SeaFlushError` when a declared output could not be committed; its fast-tier
+        copy is kept and its location is in the message.
+        """
+        if self._closed:
+            return self.report
+        self._closed = True
+        self.report.stager_wait_seconds += self.stager.drain()
+        with self._lock:
+            for node in self._nodes.values():
+                node.consumers_left.clear()  # nothing runs any more
+                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home:
+                    node.state = State.FINISHED  # bring a crashed node's directory home to inspect
+                    node.home_copy = node.placement.logical.parent / f".{node.placement.logical.name}{TMP_MARK}dir"
+                    node.home_copy_complete = True
+                    files = [(f, node.home_copy / f.relative_to(node.placement.physical)) for f in _walk_files(node.placement.physical)]
+                    self._submit(node, FlushBatch(node.spec.key, files, self._dir_committed))
+        self.report.stager_wait_seconds += self.stager.drain()
+        with self._lock:
+            for key in self._nodes:
+                self._maybe_evict(key)
+            kept = [n.placement.physical for n in self._nodes.values() if n.flush_failed and n.placement]
+        self.stager.close()
+        self._prune_created_dirs()
+        self.report.success = success and not self.report.flush_errors
+        self.report.makespan_seconds = time.monotonic() - self._start
+        self.report.tiers = [
+            TierReport(t.name, str(t.root), t.stats.peak_bytes, t.stats.bytes_written, t.stats.nodes_placed, t.stats.spills, t.stats.bytes_evicted)
+            for t in self.hierarchy.all
+        ]
+        self.report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
+        self.report.files_created_home += 2  # the journal and the report
+        self.journal.close()
+        self.report.to_json(self.home / self.config.report)
+        if not kept:
+            self.hierarchy.close()
+        self.log.info("%s", self.report.to_text())
+        if self.report.flush_errors:
+            raise SeaFlushError(
+                f"{len(self.report.flush_errors)} output(s) could not be committed home, first: "
+                f"{self.report.flush_errors[0]}; the fast-tier copies are kept in {', '.join(map(str, kept))}"
+            )
+        return self.report
+
+    def _prune_created_dirs(self) -> None:
+        for path in sorted(self._created_dirs, key=lambda p: len(p.parts), reverse=True):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def disk_usage(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path``, not following links."""
+    total = files = 0
+    for f in _walk_files(path):
+        try:
+            total += f.lstat().st_size
+            files += 1
+        except FileNotFoundError:
+            pass
+    return total, files
+
+
+def _walk_files(root: Path):
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            else:
+                yield Path(entry.path)
+
+
+def _literal_prefix(rule: Rule) -> str:
+    if rule.pattern.startswith("re:"):
+        match = re.match(r"[^.^$*+?{}\[\]\\|()]*", rule.pattern[3:])
+    else:
+        match = re.match(r"[^*?\[]*", rule.pattern)
+    return match.group(0) if match else ""

@@ -1,0 +1,76 @@
+"""The end-of-run report: what Sea placed where, what it flushed and evicted, and what it saved."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .sizes import format_size
+
+
+@dataclass
+class TierReport:
+    name: str
+    path: str
+    peak_bytes: int
+    bytes_written: int
+    nodes_placed: int
+    spills: int
+    bytes_evicted: int
+
+
+@dataclass
+class RunReport:
+    success: bool = True
+    nodes_total: int = 0
+    nodes_run: int = 0
+    nodes_cached: int = 0  # the engine's own cache check, or Sea's resume plan
+    nodes_failed: int = 0
+    enospc_retries: int = 0
+    tiers: list[TierReport] = field(default_factory=list)
+    bytes_flushed: int = 0
+    files_flushed: int = 0
+    bytes_evicted: int = 0
+    stager_wait_seconds: float = 0.0
+    files_created_home: int = 0
+    bytes_written_home: int = 0
+    without_sea_bytes_home: int = 0
+    without_sea_files_home: int = 0
+    flush_errors: list[str] = field(default_factory=list)
+    makespan_seconds: float = 0.0
+
+    def to_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def from_json(cls, path: Path) -> "RunReport":
+        data = json.loads(Path(path).read_text())
+        data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
+        return cls(**data)
+
+    def to_text(self) -> str:
+        status = "succeeded" if self.success else "FAILED"
+        lines = [
+            f"Sea run {status} in {self.makespan_seconds:.1f} s: {self.nodes_total} nodes, "
+            f"{self.nodes_run} run, {self.nodes_cached} cached, {self.nodes_failed} failed"
+            + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else ""),
+            f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'nodes':>6} {'spills':>6}",
+        ]
+        for t in self.tiers:
+            lines.append(
+                f"  {t.path[-34:]:<34} {format_size(t.peak_bytes):>10} {format_size(t.bytes_written):>10} "
+                f"{format_size(t.bytes_evicted):>10} {t.nodes_placed:>6} {t.spills:>6}"
+            )
+        lines += [
+            f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files; "
+            f"evicted: {format_size(self.bytes_evicted)}; waited on the stager: {self.stager_wait_seconds:.2f} s",
+            f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
+            f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
+        ]
+        for error in self.flush_errors:
+            lines.append(f"  FLUSH ERROR: {error}")
+        return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""Byte sizes as people write them in configuration files ("4GiB", "500 MB", "80%")."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "ti": 1024**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes in ``text``; raises ``ValueError`` with the accepted forms."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(f"{text!r} is negative")
+        return int(text)
+    match = _SIZE.match(str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(
+            f"{text!r} is not a size: write a number with an optional unit "
+            "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '4GiB'"
+        )
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_fraction(text: str) -> float | None:
+    """``0.8`` for ``"80%"``; ``None`` when ``text`` is not a percentage."""
+    match = _PERCENT.match(str(text))
+    if not match:
+        return None
+    value = float(match.group(1)) / 100
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r} is not a percentage between 0% and 100%")
+    return value
+
+
+def format_size(n: float) -> str:
+    """Human-readable binary size: ``format_size(3 * 2**20) == '3.0 MiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,147 @@
+"""The asynchronous stager: copies files home while compute goes on, atomically.
+
+A copy is written under a hidden temporary name next to its destination, fsync'ed, given the
+source's timestamps (so Nipype's timestamp hashing sees the same file), then renamed over the final
+name and the directory fsync'ed: a partial file is never visible at its final path, and a reader
+either sees nothing or the whole file. Transient errors are retried with backoff; a persistent one
+is reported with the file's name and the source is kept, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("sea")
+
+TMP_MARK = ".sea-tmp-"
+TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR}
+
+
+def atomic_copy(src: Path, dst: Path) -> int:
+    """Copy ``src`` to ``dst`` through a temporary name; returns the bytes copied."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}{TMP_MARK}{secrets.token_hex(4)}"
+    try:
+        if src.is_symlink():
+            os.symlink(os.readlink(src), tmp)
+            size = 0
+        else:
+            with open(src, "rb") as fin, open(tmp, "xb") as fout:
+                shutil.copyfileobj(fin, fout, 4 * 2**20)
+                fout.flush()
+                os.fsync(fout.fileno())
+            shutil.copystat(src, tmp)
+            size = tmp.stat().st_size
+        os.replace(tmp, dst)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(dst.parent)
+    return size
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class FlushBatch:
+    """The files of one node that must reach home; ``on_done`` runs once all are settled."""
+
+    key: str
+    files: list[tuple[Path, Path]]  # (source on a tier, destination at home)
+    on_done: Callable[["FlushBatch"], None]
+    committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns)
+    errors: list[str] = field(default_factory=list)
+    _left: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for _, size, _ in self.committed)
+
+
+class Stager:
+    """A thread pool that commits :class:`FlushBatch` es and tells the engine when each is done."""
+
+    def __init__(self, threads: int, retries: int = 3, backoff: float = 0.2):
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sea-stager")
+        self._retries = retries
+        self._backoff = backoff
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self.queued_bytes = 0
+
+    @property
+    def queue_length(self) -> int:
+        return self._in_flight
+
+    def submit(self, batch: FlushBatch) -> None:
+        if not batch.files:
+            batch.on_done(batch)
+            return
+        batch._left = len(batch.files)
+        with self._idle:
+            self._in_flight += len(batch.files)
+        for src, dst in batch.files:
+            self._pool.submit(self._copy_one, batch, src, dst)
+
+    def _copy_one(self, batch: FlushBatch, src: Path, dst: Path) -> None:
+        try:
+            for attempt in range(self._retries + 1):
+                try:
+                    size = atomic_copy(src, dst)
+                    st = dst.lstat()
+                    with batch._lock:
+                        batch.committed.append((dst, size, st.st_mtime_ns))
+                    break
+                except OSError as exc:
+                    if exc.errno in TRANSIENT and attempt < self._retries:
+                        time.sleep(self._backoff * 4**attempt)
+                        continue
+                    message = f"could not copy {src} to {dst}: {exc.strerror or exc}"
+                    logger.error("[Sea] %s; the source is kept at %s", message, src)
+                    with batch._lock:
+                        batch.errors.append(message)
+                    break
+        finally:
+            with batch._lock:
+                batch._left -= 1
+                last = batch._left == 0
+            if last:
+                try:
+                    batch.on_done(batch)
+                except Exception:  # noqa: BLE001 - a callback bug must not hang drain()
+                    logger.exception("[Sea] error while settling the flush of %s", batch.key)
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def drain(self) -> float:
+        """Block until every submitted copy is settled; returns the seconds waited."""
+        start = time.monotonic()
+        with self._idle:
+            while self._in_flight:
+                self._idle.wait()
+        return time.monotonic() - start
+
+    def close(self) -> None:
+        self.drain()
+        self._pool.shutdown(wait=True)

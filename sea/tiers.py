@@ -1,0 +1,211 @@
+"""Storage tiers and their capacity accounting.
+
+A :class:`Tier` is a directory on node-local storage in which Sea owns a private (0700) directory
+with an unpredictable name. The :class:`StorageHierarchy` is the ordered list of tiers, fastest
+first, with the home (the workflow's ``base_dir`` on the shared filesystem) as the implicit last
+tier that always has room. Room is the smaller of the real free space and the configured cap,
+minus what running nodes have reserved: Sea cannot know a node's size in advance, so it reserves an
+estimate and settles it when the node finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .config import SeaConfig, SeaConfigError, TierSpec
+from .sizes import format_size, parse_fraction, parse_size
+
+logger = logging.getLogger("sea")
+
+DISCOVERY_ORDER = ("$SLURM_TMPDIR", "$TMPDIR", "/dev/shm")
+OWNER_FILE = ".sea-owner"
+
+
+@dataclass
+class TierStats:
+    """What the report says of a tier."""
+
+    peak_bytes: int = 0
+    bytes_written: int = 0
+    nodes_placed: int = 0
+    spills: int = 0
+    bytes_evicted: int = 0
+
+
+@dataclass
+class Tier:
+    name: str
+    root: Path
+    workdir: Path  # where Sea writes: the private directory, or the home itself
+    capacity: int | None = None
+    is_home: bool = False
+    used: int = 0  # measured bytes of finished node directories still held here
+    reserved: int = 0  # estimates for nodes running here
+    stats: TierStats = field(default_factory=TierStats)
+
+    def free_space(self) -> int:
+        return psutil.disk_usage(str(self.root)).free
+
+    def room(self) -> int:
+        """Bytes a new node may still claim here."""
+        if self.is_home:
+            return 2**62
+        real = self.free_space()
+        if self.capacity is not None:
+            real = min(real, self.capacity - self.used)
+        return real - self.reserved
+
+    def note_usage(self) -> None:
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.used)
+
+
+class StorageHierarchy:
+    """The tiers, fastest first, then the home; thread-safe accounting."""
+
+    def __init__(self, tiers: list[Tier], home: Tier):
+        self.fast_tiers = tiers
+        self.home = home
+        self.lock = threading.RLock()
+
+    @property
+    def all(self) -> list[Tier]:
+        return [*self.fast_tiers, self.home]
+
+    # -------------------------------------------------------------- construction
+    @classmethod
+    def build(cls, config: SeaConfig, home: Path) -> "StorageHierarchy":
+        """Check every tier against the home and create Sea's private directories."""
+        home = Path(home).resolve()
+        home_dev = _device(home)
+        specs = list(config.tiers) if config.tiers is not None else discover_tiers(home)
+        checked: list[tuple[TierSpec, Path, int | None]] = []
+        seen_devices: dict[int, str] = {}
+        for i, spec in enumerate(specs):
+            where = f"tiers[{i}]" if config.tiers is not None else "discovered tier"
+            root = Path(spec.path)
+            if not root.exists():
+                raise SeaConfigError(f"{where}: path {spec.path!r} does not exist; create it or fix the path")
+            if not root.is_dir():
+                raise SeaConfigError(f"{where}: path {spec.path!r} is not a directory; give a directory on node-local storage")
+            root = root.resolve()
+            if root == home or home in root.parents:
+                raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the workflow's base_dir")
+            dev = _device(root)
+            if dev == home_dev:
+                raise SeaConfigError(
+                    f"{where}: {spec.path!r} is on the same filesystem as the home {str(home)!r}, so it would not take "
+                    "any load off it; use node-local storage ($SLURM_TMPDIR, /dev/shm) or another base_dir"
+                )
+            if dev in seen_devices:
+                raise SeaConfigError(f"{where}: {spec.path!r} is on the same filesystem as tier {seen_devices[dev]!r}; list each filesystem once")
+            seen_devices[dev] = spec.path
+            if not os.access(root, os.W_OK | os.X_OK):
+                raise SeaConfigError(f"{where}: {spec.path!r} is not writable by this user; choose a directory you can write to")
+            checked.append((spec, root, _capacity(spec, root, where)))
+
+        tiers = []
+        for i, (spec, root, capacity) in enumerate(checked):
+            private = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
+            (private / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()} {home}\n")
+            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private, capacity=capacity))
+        return cls(tiers, Tier(name=f"home:{home}", root=home, workdir=home, is_home=True))
+
+    def close(self) -> None:
+        """Remove Sea's private directories (what a 'keep' rule left there stays, and is logged)."""
+        for tier in self.fast_tiers:
+            leftovers = [
+                Path(root, name)
+                for root, _dirs, files in os.walk(tier.workdir)
+                for name in files
+                if Path(root, name) != tier.workdir / OWNER_FILE
+            ]
+            if leftovers:
+                logger.warning("[Sea] %s keeps %d entries by rule in %s", tier.name, len(leftovers), tier.workdir)
+                continue
+            shutil.rmtree(tier.workdir, ignore_errors=True)
+
+    # -------------------------------------------------------------- accounting
+    def choose(self, estimate: int, exclude: set[str] = frozenset()) -> Tier:
+        """The fastest tier with room for ``estimate`` bytes; counts a spill on each tier passed over."""
+        with self.lock:
+            for tier in self.fast_tiers:
+                if tier.name in exclude:
+                    continue
+                if tier.room() >= estimate:
+                    tier.reserved += estimate
+                    tier.stats.nodes_placed += 1
+                    return tier
+                tier.stats.spills += 1
+            self.home.stats.nodes_placed += 1
+            return self.home
+
+    def settle(self, tier: Tier, reserved: int, actual: int) -> None:
+        """A node finished: its reservation becomes its measured size."""
+        with self.lock:
+            tier.reserved -= reserved
+            tier.used += actual
+            tier.stats.bytes_written += actual
+            tier.note_usage()
+
+    def release(self, tier: Tier, reserved: int = 0, used: int = 0) -> None:
+        with self.lock:
+            tier.reserved -= reserved
+            tier.used -= used
+            tier.stats.bytes_evicted += used
+
+    def tier_of(self, path: Path) -> Tier:
+        for tier in self.fast_tiers:
+            if tier.workdir == path or tier.workdir in path.parents:
+                return tier
+        return self.home
+
+    def describe(self) -> str:
+        parts = []
+        for tier in self.fast_tiers:
+            cap = f", cap {format_size(tier.capacity)}" if tier.capacity is not None else ""
+            parts.append(f"{tier.root} ({format_size(tier.free_space())} free{cap})")
+        return " > ".join(parts + [f"home {self.home.root}"])
+
+
+def discover_tiers(home: Path) -> list[TierSpec]:
+    """``$SLURM_TMPDIR``, ``$TMPDIR``, ``/dev/shm``: those that exist, are writable and are not the home's filesystem."""
+    home_dev = _device(home)
+    found, devices = [], set()
+    for candidate in DISCOVERY_ORDER:
+        path = os.environ.get(candidate[1:]) if candidate.startswith("$") else candidate
+        if not path or not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+            continue
+        dev = _device(Path(path))
+        if dev == home_dev or dev in devices:
+            continue
+        devices.add(dev)
+        found.append(TierSpec(path=path))
+    if not found:
+        logger.warning("[Sea] no node-local tier found ($SLURM_TMPDIR, $TMPDIR, /dev/shm); nodes run in the home")
+    return found
+
+
+def _device(path: Path) -> int:
+    path = Path(path)
+    while not path.exists():
+        path = path.parent
+    return path.stat().st_dev
+
+
+def _capacity(spec: TierSpec, root: Path, where: str) -> int | None:
+    if spec.capacity is None:
+        return None
+    fraction = parse_fraction(spec.capacity)
+    capacity = int(fraction * psutil.disk_usage(str(root)).total) if fraction is not None else parse_size(spec.capacity)
+    if capacity <= 0:
+        raise SeaConfigError(f"{where}: capacity {spec.capacity!r} leaves no room; give a positive size")
+    return capacity
