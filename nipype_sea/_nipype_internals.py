@@ -190,8 +190,7 @@ class EventedMultiProc(MultiProcPlugin):
 
     def _task_finished_cb(self, jobid, cached=False):
         super()._task_finished_cb(jobid, cached=cached)
-        if jobid not in self.mapnodesubids:
-            self.job_finished(self.procs[jobid], cached)
+        self.job_finished(self.procs[jobid], cached)  # MapNode sub-nodes too (jobid in mapnodesubids)
 
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])

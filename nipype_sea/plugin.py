@@ -78,7 +78,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         return str(Path(directory).relative_to(self.home))
 
     def _node_key(self, node) -> str:
-        return self._key(nx_.logical_dir(node))
+        return self.engine.key_for(nx_.logical_dir(node))
 
     # ------------------------------------------------------------------ events
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
@@ -95,13 +95,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         return ordered
 
     def prepare_node(self, node) -> None:
-        key = self._node_key(node)
-        if key not in self.engine.graph:  # a MapNode's sub-node: runs inside its parent's directory
-            owner = self.engine.graph.owner(key)
-            if owner is not None:
-                self.engine.place(owner)
-            return
-        placement = self.engine.place(key)
+        placement = self.engine.place(self._node_key(node))  # a MapNode's sub-node becomes a part of it
         nx_.set_run_dir(node, placement.physical)
         if placement.staging is not None:
             nx_.redirect_sink(node, placement.staging)
@@ -118,8 +112,6 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_finished(self, node, cached: bool) -> None:
         key = self._node_key(node)
-        if key not in self.engine.graph:
-            return
         if self.engine.is_skipped(key):
             self.engine.node_skipped(key)
         elif cached:

@@ -25,7 +25,7 @@ A runnable example with real files::
     >>> p.physical.is_relative_to("/dev/shm"), p.logical.is_symlink()
     (True, True)
     >>> engine.node_finished("wf/make")
-    >>> s = engine.place("wf/sink"); s.staging.mkdir(); _ = (s.staging / "x.txt").write_text("hello")
+    >>> s = engine.place("wf/sink"); s.staging.mkdir(parents=True); _ = (s.staging / "x.txt").write_text("hello")
     >>> engine.node_finished("wf/sink")
     >>> report = engine.close(success=True)
     >>> (out / "x.txt").read_text(), (home / "wf/make").exists(), report.files_flushed
@@ -55,7 +55,7 @@ from .resume import plan_skips
 from .stager import TMP_MARK, FlushBatch, Stager
 from .tiers import StorageHierarchy, Tier
 
-STAGING_DIR = "_sea_declared"
+STAGING_DIR = "declared"
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
@@ -83,7 +83,8 @@ class Placement:
     physical: Path
     tier: Tier
     reserved: int
-    staging: Path | None = None  # a sink writes its declared outputs here instead of at home
+    staging: Path | None = None  # a sink's base_directory: it writes its declared outputs here
+    staging_root: Path | None = None  # staging mirrors absolute paths: <root>/<destination path>
 
 
 @dataclass
@@ -100,6 +101,8 @@ class _Node:
     keep: bool = False
     evicted: bool = False
     tried: set[str] = field(default_factory=set)
+    part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
+    parts: list[str] = field(default_factory=list)
 
 
 class SeaEngine:
@@ -184,6 +187,15 @@ class SeaEngine:
                 return rule.mode
         return default
 
+    def key_for(self, directory: Path) -> str:
+        """The key of a node directory given by its logical path or by its path on a tier (the
+        engine may resolve links: a MapNode's sub-nodes report their real directory)."""
+        directory = Path(directory)
+        for root in [self.home] + [t.workdir for t in self.hierarchy.fast_tiers]:
+            if directory.is_relative_to(root):
+                return str(directory.relative_to(root))
+        raise ValueError(f"{directory} is neither in the home {self.home} nor on a tier")
+
     # ---------------------------------------------------------------- scheduling
     def is_skipped(self, key: str) -> bool:
         return key in self._skip
@@ -203,28 +215,63 @@ class SeaEngine:
 
     # ---------------------------------------------------------------- placement
     def place(self, key: str) -> Placement:
-        """Create the node's directory on the fastest tier with room; link it from the home."""
+        """Create the node's directory on the fastest tier with room; link it from the home.
+
+        ``key`` may also name a directory inside a placed node (a MapNode's sub-node): it becomes a
+        part of that node, placed on its own, evicted with it.
+        """
         with self._lock:
-            node = self._nodes[key]
+            node = self._nodes.get(key) or self._add_part(key)
             if node.placement is not None and node.state is State.RUNNING:
                 return node.placement  # a MapNode placed before its sub-nodes, submitted again
-            input_bytes = sum(self._nodes[p].size for p in self.graph.producers(key))
-            estimate = self.estimator.estimate(node.spec.kind, input_bytes)
+            owner = self._nodes[node.part_of] if node.part_of else None
+            producers = self.graph.producers(owner.spec.key if owner else key)
+            estimate = self.estimator.estimate(node.spec.kind, sum(self._nodes[p].size for p in producers))
             tier = self.hierarchy.choose(estimate, exclude=node.tried)
             logical = self.home / key
             self._clear(logical)
             self._makedirs(logical.parent)
-            if tier.is_home:
+            if owner is not None and tier is owner.placement.tier:
+                physical = logical.resolve()  # inside its owner's directory, no link needed
+                physical.mkdir(parents=True, exist_ok=True)
+            elif tier.is_home and owner is None:
                 physical = logical
             else:
-                physical = tier.workdir / key
+                physical = (tier.workdir / key) if not tier.is_home else (self.home / ".sea" / "parts" / key)
                 physical.mkdir(parents=True, exist_ok=True)
                 os.symlink(physical, logical, target_is_directory=True)
-            staging = physical / STAGING_DIR if node.spec.sink_destination is not None and not tier.is_home else None
-            node.placement = Placement(key, logical, physical, tier, estimate, staging)
+            node.placement = Placement(key, logical, physical, tier, estimate)
             node.state = State.RUNNING
+            if owner is not None:
+                return node.placement
+            if node.spec.sink_destination is not None and not tier.is_home:
+                # The sink sees its destination's own absolute path under a neutral prefix, so its
+                # substitutions (applied to the whole path) act as they would at home.
+                root = tier.workdir / STAGING_DIR / f"{self.graph.index(key):05d}"
+                node.placement.staging_root = root
+                node.placement.staging = root / node.spec.sink_destination.relative_to("/")
             self.journal.write("started", key, chain=self.graph.chain(key))
             return node.placement
+
+    def _add_part(self, key: str) -> _Node:
+        owner_key = self.graph.owner(key)
+        if owner_key is None:
+            raise KeyError(f"{key!r} is not a node of this workflow nor inside one")
+        owner = self._nodes[owner_key]
+        if owner.placement is None:
+            self.place(owner_key)
+        part = _Node(spec=NodeSpec(key, kind=f"{owner.spec.kind}[part]"), consumers_left=set(), part_of=owner_key)
+        self._nodes[key] = part
+        owner.parts.append(key)
+        return part
+
+    def _separate_parts(self, node: _Node) -> list[_Node]:
+        """Parts placed away from their owner's directory (reached through a link in it)."""
+        return [
+            self._nodes[k]
+            for k in node.parts
+            if self._nodes[k].placement is not None and not self._nodes[k].placement.physical.is_relative_to(node.placement.physical)
+        ]
 
     def _makedirs(self, path: Path) -> None:
         missing = []
@@ -254,7 +301,12 @@ class SeaEngine:
     def node_cached(self, key: str) -> None:
         """The engine found the node done in the home by its own hash check."""
         with self._lock:
-            node = self._nodes[key]
+            node = self._nodes.get(key)
+            if node is None:  # a sub-node Sea never placed (found cached by the engine)
+                return
+            if node.part_of is not None:
+                self._part_finished(node)
+                return
             if node.placement is not None and not node.placement.tier.is_home:
                 self._drop_placement(node)
             node.state = State.CACHED
@@ -264,17 +316,25 @@ class SeaEngine:
 
     def node_finished(self, key: str) -> None:
         with self._lock:
-            node = self._nodes[key]
+            node = self._nodes.get(key)
+            if node is None:  # a sub-node Sea never placed (found cached by the engine)
+                return
+            if node.part_of is not None:
+                self._part_finished(node)
+                return
             p = node.placement
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
                 p = node.placement = Placement(key, self.home / key, self.home / key, self.hierarchy.home, 0)
             node.state = State.FINISHED
             size, files = disk_usage(p.physical)
-            node.size = size
-            self.hierarchy.settle(p.tier, p.reserved, size)
+            if p.staging_root is not None:
+                size += disk_usage(p.staging_root)[0]
+            inside = sum(self._nodes[k].size for k in node.parts) - sum(n.size for n in self._separate_parts(node))
+            node.size = size - inside  # parts inside the directory were settled on their own
+            self.hierarchy.settle(p.tier, p.reserved, node.size)
             self.estimator.learn(node.spec.kind, size)
             self.report.nodes_run += 1
-            self.report.without_sea_bytes_home += size
+            self.report.without_sea_bytes_home += size + sum(n.size for n in self._separate_parts(node))
             self.report.without_sea_files_home += files
             if p.tier.is_home:
                 self.report.files_created_home += files
@@ -286,6 +346,15 @@ class SeaEngine:
             self._release_producers(key)
             self._maybe_evict(key)
         self._progress()
+
+    def _part_finished(self, part: _Node) -> None:
+        p = part.placement
+        if p is None or part.state is State.FINISHED:
+            return
+        part.state = State.FINISHED
+        part.size, _ = disk_usage(p.physical)
+        self.hierarchy.settle(p.tier, p.reserved, part.size)
+        self.estimator.learn(part.spec.kind, part.size)
 
     def retry_elsewhere(self, key: str, error_text: str) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, place it on the next tier and
@@ -321,6 +390,8 @@ class SeaEngine:
         if p.logical.is_symlink():
             p.logical.unlink()
         shutil.rmtree(p.physical, ignore_errors=True)
+        if p.staging_root is not None:
+            shutil.rmtree(p.staging_root, ignore_errors=True)
         self.hierarchy.release(p.tier, reserved=p.reserved)
         node.placement = None
 
@@ -333,10 +404,10 @@ class SeaEngine:
     def _schedule_flushes(self, node: _Node) -> None:
         p = node.placement
         key = node.spec.key
-        if p.staging is not None and p.staging.exists():
+        if p.staging_root is not None:
             files = []
-            for src in _walk_files(p.staging):
-                dst = node.spec.sink_destination / src.relative_to(p.staging)
+            for src in _walk_files(p.staging_root):
+                dst = Path("/") / src.relative_to(p.staging_root)
                 mode = self._mode(self._rule_path(dst), Mode.MOVE)
                 if mode.flushes:
                     files.append((src, dst))
@@ -347,10 +418,7 @@ class SeaEngine:
         default = Mode.COPY if (self.config.keep_intermediates or node.spec.persist_dir) else Mode.REMOVE
         files, all_files = [], 0
         copy_dir = p.logical.parent / f".{p.logical.name}{TMP_MARK}dir"
-        for src in _walk_files(p.physical):
-            rel = src.relative_to(p.physical)
-            if p.staging is not None and rel.parts[0] == STAGING_DIR:
-                continue
+        for src, rel in self._node_files(node):
             all_files += 1
             mode = self._mode(f"{key}/{rel}", default)
             node.keep |= mode is Mode.KEEP
@@ -360,6 +428,19 @@ class SeaEngine:
             node.home_copy = copy_dir
             node.home_copy_complete = len(files) == all_files
             self._submit(node, FlushBatch(key, files, self._dir_committed))
+
+    def _node_files(self, node: _Node):
+        """(file, path relative to the node directory) for the node and its separate parts."""
+        p = node.placement
+        separate = self._separate_parts(node)
+        links = {p.physical / Path(part.spec.key).relative_to(node.spec.key) for part in separate}
+        for src in _walk_files(p.physical):
+            if src not in links:
+                yield src, src.relative_to(p.physical)
+        for part in separate:
+            prefix = Path(part.spec.key).relative_to(node.spec.key)
+            for src in _walk_files(part.placement.physical):
+                yield src, prefix / src.relative_to(part.placement.physical)
 
     def _submit(self, node: _Node, batch: FlushBatch) -> None:
         node.flushes_pending += 1
@@ -405,10 +486,19 @@ class SeaEngine:
             or node.flush_failed
         ):
             return
+        if node.part_of is not None:
+            return  # evicted with its owner
         p = node.placement
+        if p.tier.is_home and (node.spec.persist_dir or self.config.keep_intermediates):
+            return
+        for part in self._separate_parts(node):
+            shutil.rmtree(part.placement.physical, ignore_errors=True)
+        for part_key in node.parts:
+            part = self._nodes[part_key]
+            if part.placement is not None:
+                self.hierarchy.release(part.placement.tier, used=part.size)
+                part.evicted = True
         if p.tier.is_home:
-            if node.spec.persist_dir or self.config.keep_intermediates:
-                return
             self._evict_home_dir(node)
         else:
             if p.logical.is_symlink():
@@ -416,6 +506,8 @@ class SeaEngine:
             if node.home_copy is not None:
                 os.rename(node.home_copy, p.logical)
             shutil.rmtree(p.physical, ignore_errors=True)
+            if p.staging_root is not None:
+                shutil.rmtree(p.staging_root, ignore_errors=True)
             self.hierarchy.release(p.tier, used=node.size)
         node.evicted = True
         if node.home_copy is None or not node.home_copy_complete:
@@ -445,11 +537,11 @@ class SeaEngine:
         with self._lock:
             for node in self._nodes.values():
                 node.consumers_left.clear()  # nothing runs any more
-                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home:
+                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
                     node.state = State.FINISHED  # bring a crashed node's directory home to inspect
                     node.home_copy = node.placement.logical.parent / f".{node.placement.logical.name}{TMP_MARK}dir"
                     node.home_copy_complete = True
-                    files = [(f, node.home_copy / f.relative_to(node.placement.physical)) for f in _walk_files(node.placement.physical)]
+                    files = [(f, node.home_copy / rel) for f, rel in self._node_files(node)]
                     self._submit(node, FlushBatch(node.spec.key, files, self._dir_committed))
         self.report.stager_wait_seconds += self.stager.drain()
         with self._lock:

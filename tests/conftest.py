@@ -1,0 +1,70 @@
+"""Fixtures: real filesystems (tmpfs mounted by the test, disk), real workflows, no mocks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(size: str, parent: str = "/var/tmp"):
+    """A fresh tmpfs of ``size`` (e.g. "8M"), unmounted afterwards even if the test fails."""
+    mountpoint = Path(tempfile.mkdtemp(prefix="sea-test-tmpfs-", dir=parent))
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint)], capture_output=True, text=True)
+    if result.returncode != 0:
+        mountpoint.rmdir()
+        pytest.fail(f"cannot mount a tmpfs (the tests need root): {result.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        if subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+        mountpoint.rmdir()
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 24 MiB tmpfs: too small for the test workflows, so nodes spill to the next tier."""
+    with mounted_tmpfs("24M") as path:
+        yield path
+
+
+@pytest.fixture
+def tmpfs_factory():
+    with contextlib.ExitStack() as stack:
+        yield lambda size: stack.enter_context(mounted_tmpfs(size))
+
+
+@pytest.fixture
+def disk_dir():
+    """A directory on disk (/var/tmp), not on any tmpfs: the 'shared filesystem' of most tests."""
+    path = Path(tempfile.mkdtemp(prefix="sea-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def shm_dir():
+    path = Path(tempfile.mkdtemp(prefix="sea-test-", dir="/dev/shm"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def tree_files(root: Path) -> dict[str, bytes]:
+    """Every regular file under ``root`` (relative path -> content)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def sea_private_dirs(*tier_roots: Path) -> list[Path]:
+    return [p for root in tier_roots for p in Path(root).glob("sea-*")]
