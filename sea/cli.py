@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SeaConfigError(f"no report at {path}: give the sea-report.json of a run, or its base_dir")
             print(path.read_text() if args.json else RunReport.from_json(path).to_text())
             return 0
-        print(config_reference())
+        sys.stdout.write(config_reference())
         return 0
     except SeaConfigError as exc:
         print(f"sea: error: {exc}", file=sys.stderr)

@@ -607,7 +607,7 @@ def _walk_files(root: Path):
 
 def _literal_prefix(rule: Rule) -> str:
     if rule.pattern.startswith("re:"):
-        match = re.match(r"[^.^$*+?{}\[\]\\|()]*", rule.pattern[3:])
+        match = re.match(r"[^.^$*+?{}\[\]\\|()]*", rule.pattern[3:].removeprefix("^"))
     else:
         match = re.match(r"[^*?\[]*", rule.pattern)
     return match.group(0) if match else ""

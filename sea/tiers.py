@@ -92,6 +92,12 @@ class StorageHierarchy:
         for i, spec in enumerate(specs):
             where = f"tiers[{i}]" if config.tiers is not None else "discovered tier"
             root = Path(spec.path)
+            try:
+                root.stat()
+            except PermissionError as exc:
+                raise SeaConfigError(f"{where}: cannot access {spec.path!r} ({exc.strerror}); check the permissions of it and its parents") from None
+            except OSError:
+                pass
             if not root.exists():
                 raise SeaConfigError(f"{where}: path {spec.path!r} does not exist; create it or fix the path")
             if not root.is_dir():

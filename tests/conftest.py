@@ -68,3 +68,9 @@ def tree_files(root: Path) -> dict[str, bytes]:
 
 def sea_private_dirs(*tier_roots: Path) -> list[Path]:
     return [p for root in tier_roots for p in Path(root).glob("sea-*")]
+
+
+@pytest.fixture(autouse=True)
+def _run_in_tmp(tmp_path, monkeypatch):
+    """Nipype writes crash files (and, without base_dir, reports) to the working directory."""
+    monkeypatch.chdir(tmp_path)

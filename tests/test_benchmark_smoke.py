@@ -1,0 +1,29 @@
+"""The benchmark runs end to end at smoke size and writes its table (its numbers are not checked here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_benchmark_smoke_writes_the_table(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+    markdown = tmp_path / "incrementation-smoke.md"
+    assert markdown.is_file()
+    text = markdown.read_text()
+    for name in ("| MultiProc ", "| SeaMultiProc ", "| MultiProc (all tmpfs, the bound) "):
+        assert name in text, f"no row {name.strip('| ')!r} in the table:\n{text}"
+    assert "ratio vs MultiProc" in text
+    assert "SeaMultiProc/MultiProc = " in text
+    assert (tmp_path / "incrementation-smoke.json").is_file()

@@ -1,0 +1,151 @@
+"""The core on its own (no engine): stager atomicity, placement, eviction order, resume plan."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph
+from sea.config import glob_to_regex
+from sea.sizes import format_size, parse_size
+from sea.stager import TMP_MARK, FlushBatch, Stager, atomic_copy
+
+
+def test_sizes():
+    assert parse_size("4GiB") == 4 * 2**30 and parse_size("500 MB") == 500 * 10**6 and parse_size(12) == 12
+    assert format_size(3 * 2**20) == "3.0 MiB"
+    with pytest.raises(ValueError):
+        parse_size("12XB")
+
+
+def test_glob_semantics():
+    import re
+
+    assert re.fullmatch(glob_to_regex("**/_report/**"), "wf/a/_report/report.rst")
+    assert re.fullmatch(glob_to_regex("wf/*/x.nii"), "wf/a/x.nii")
+    assert not re.fullmatch(glob_to_regex("wf/*/x.nii"), "wf/a/b/x.nii")
+
+
+def test_atomic_copy_is_never_partial_at_its_final_path(shm_dir, disk_dir):
+    src = shm_dir / "big.bin"
+    src.write_bytes(os.urandom(64 * 2**20))
+    dst = disk_dir / "out" / "big.bin"
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                seen.append(dst.stat().st_size)
+            except FileNotFoundError:
+                pass
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    atomic_copy(src, dst)
+    stop.set()
+    watcher.join()
+    assert set(seen) <= {src.stat().st_size}, "a partial file was visible at the final path"
+    assert dst.read_bytes() == src.read_bytes()
+    assert dst.stat().st_mtime_ns == src.stat().st_mtime_ns, "timestamps must survive for Nipype's hashing"
+    assert not [p for p in dst.parent.iterdir() if TMP_MARK in p.name]
+
+
+def test_stager_reports_a_persistent_error_and_keeps_the_source(shm_dir, disk_dir):
+    src = shm_dir / "a.txt"
+    src.write_text("data")
+    blocker = disk_dir / "not_a_dir"
+    blocker.write_text("a file where a directory should be")
+    done = []
+    stager = Stager(threads=2, backoff=0.01)
+    stager.submit(FlushBatch("k", [(src, blocker / "a.txt")], done.append))
+    stager.close()
+    assert done and done[0].errors and str(blocker / "a.txt") in done[0].errors[0]
+    assert src.exists()
+
+
+def chain_specs(n: int, sink_out: Path) -> list[NodeSpec]:
+    specs = [NodeSpec("wf/n0")]
+    for i in range(1, n):
+        specs.append(NodeSpec(f"wf/n{i}", upstream=((f"wf/n{i - 1}", "x"),)))
+    specs.append(NodeSpec("wf/sink", kind="DataSink", upstream=((f"wf/n{n - 1}", "x"),), sink_destination=sink_out))
+    return specs
+
+
+def run_chain(engine: SeaEngine, keys: list[str], mib: int = 1) -> None:
+    for key in keys:
+        p = engine.place(key)
+        target = p.staging if p.staging is not None else p.physical
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "data.bin").write_bytes(b"x" * (mib * 2**20))
+        engine.node_finished(key)
+
+
+def test_eviction_waits_for_every_consumer(disk_dir, shm_dir):
+    home = disk_dir / "home"
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    specs = [NodeSpec("wf/a"), NodeSpec("wf/b", upstream=(("wf/a", "x"),)), NodeSpec("wf/c", upstream=(("wf/a", "x"),))]
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    run_chain(engine, ["wf/a", "wf/b"])
+    assert (home / "wf/a").is_symlink() and (home / "wf/a/data.bin").exists(), "evicted while wf/c may still read it"
+    run_chain(engine, ["wf/c"])
+    assert not (home / "wf/a").exists()
+    engine.close()
+
+
+def test_spill_when_the_capacity_is_reached(disk_dir, shm_dir):
+    home = disk_dir / "home"
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir), "capacity": "3MiB"}], "default_node_size": "1MiB"})
+    engine = SeaEngine(config, home)
+    specs = [NodeSpec(f"wf/n{i}") for i in range(5)] + [NodeSpec("wf/last", upstream=tuple((f"wf/n{i}", "x") for i in range(5)))]
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    run_chain(engine, [f"wf/n{i}" for i in range(5)])
+    report = engine.close()
+    tier, homet = report.tiers
+    assert tier.nodes_placed == 3 and tier.spills == 2 and homet.nodes_placed == 2
+    assert tier.peak_bytes <= 3 * 2**20
+
+
+def test_resume_plan_skips_complete_work_and_reruns_what_a_changed_consumer_needs(disk_dir, shm_dir):
+    home, out = disk_dir / "home", disk_dir / "out"
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}]})
+    specs = chain_specs(3, out)
+    engine = SeaEngine(config, home)
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    run_chain(engine, [s.key for s in specs])
+    engine.close()
+    assert (out / "data.bin").is_file()
+
+    again = SeaEngine(config, home)
+    again.update_graph(WorkflowGraph.from_specs(specs))
+    assert all(again.is_skipped(s.key) for s in specs)
+    again.close()
+
+    changed = specs[:-1] + [NodeSpec("wf/sink", kind="DataSink", signature="new", upstream=specs[-1].upstream, sink_destination=out)]
+    third = SeaEngine(config, home)
+    third.update_graph(WorkflowGraph.from_specs(changed))
+    assert not any(third.is_skipped(s.key) for s in changed), "the sink needs n2's evicted data, which needs n1's, ..."
+    third.close()
+
+    (out / "data.bin").unlink()  # a committed output removed by hand: its sink must run again
+    fourth = SeaEngine(config, home)
+    fourth.update_graph(WorkflowGraph.from_specs(specs))
+    assert not fourth.is_skipped("wf/sink")
+    fourth.close()
+
+
+def test_flush_failure_keeps_the_fast_copy_and_says_where(disk_dir, shm_dir):
+    home = disk_dir / "home"
+    out = disk_dir / "blocked"
+    out.write_text("a file where the output directory should be")
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/sink", kind="DataSink", sink_destination=out)]))
+    run_chain(engine, ["wf/sink"])
+    with pytest.raises(SeaFlushError) as info:
+        engine.close()
+    message = str(info.value)
+    assert "could not be committed" in message and str(out) in message and str(shm_dir) in message
+    kept = [p for p in shm_dir.rglob("data.bin")]
+    assert kept, "the only copy of an output was evicted"

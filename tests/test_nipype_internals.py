@@ -1,0 +1,90 @@
+"""The Nipype internals nipype_sea relies on, checked one by one: these fail loudly, naming the
+assumption, when a Nipype release changes one (see nipype_sea/_nipype_internals.py)."""
+
+from __future__ import annotations
+
+import inspect
+
+import nipype
+import pytest
+from nipype import Function, MapNode, Node, Workflow
+from nipype.pipeline.engine import workflows
+from nipype.pipeline.plugins import base, multiproc
+
+from nipype_sea import _nipype_internals as nx_
+
+
+def test_version_in_tested_range():
+    assert nx_.nipype_version_supported(), f"nipype {nipype.__version__} is outside the tested range {nx_.TESTED_RANGE}"
+    assert not nx_.nipype_version_supported("1.13.0") and not nx_.nipype_version_supported("1.7.1")
+
+
+HOOKS = {
+    "run": ["self", "graph", "config", "updatehash"],
+    "_sort_jobs": ["self", "jobids", "scheduler"],
+    "_local_hash_check": ["self", "jobid", "graph"],
+    "_submit_job": ["self", "node", "updatehash"],
+    "_async_callback": ["self", "args"],
+    "_get_result": ["self", "taskid"],
+    "_clear_task": ["self", "taskid"],
+    "_task_finished_cb": ["self", "jobid", "cached"],
+    "_clean_queue": ["self", "jobid", "graph", "result"],
+    "_remove_node_dirs": ["self"],
+    "_send_procs_to_workers": ["self", "updatehash", "graph"],
+}
+
+
+@pytest.mark.parametrize("name, params", HOOKS.items())
+def test_multiproc_private_hooks_exist_with_their_signatures(name, params):
+    method = getattr(multiproc.MultiProcPlugin, name, None)
+    assert method is not None, f"MultiProcPlugin.{name} is gone"
+    assert list(inspect.signature(method).parameters) == params, f"MultiProcPlugin.{name} changed its signature"
+
+
+def test_run_node_signature():
+    assert list(inspect.signature(multiproc.run_node).parameters) == ["node", "updatehash", "taskid"]
+
+
+def test_run_loop_polls_config_and_submits_each_round():
+    source = inspect.getsource(base.DistributedPluginBase.run)
+    assert 'config["execution"]["poll_sleep_duration"]' in source
+    assert "self._send_procs_to_workers(" in source and "sleep(" in source
+    assert "self._sort_jobs(" in inspect.getsource(multiproc.MultiProcPlugin._send_procs_to_workers)
+
+
+def test_plugin_lookup_by_attribute_of_plugins_module():
+    source = inspect.getsource(workflows.Workflow.run)
+    assert 'getattr(sys.modules[name], "%sPlugin" % plugin)' in source
+
+
+def test_plugin_instance_attributes():
+    plugin = multiproc.MultiProcPlugin(plugin_args={"n_procs": 1})
+    try:
+        for attr in ("pool", "_taskresult", "_task_obj", "pending_tasks", "proc_done", "proc_pending", "mapnodesubids", "procs"):
+            assert hasattr(plugin, attr), f"MultiProcPlugin lost the attribute {attr}"
+    finally:
+        plugin.pool.shutdown()
+
+
+def double(x):
+    return x * 2
+
+
+def test_node_dirs_input_source_and_mapflow(tmp_path):
+    wf = Workflow("wf", base_dir=str(tmp_path))
+    a = Node(Function(input_names=["x"], output_names=["y"], function=double), name="a")
+    a.inputs.x = 1
+    m = MapNode(Function(input_names=["x"], output_names=["y"], function=double), iterfield=["x"], name="m")
+    wf.connect(a, "y", m, "x")
+    wf.run(plugin="Linear")
+    exec_graph = wf.run(plugin="Linear")
+    nodes = {n.name: n for n in exec_graph.nodes()}
+    ea, em = nodes["a"], nodes["m"]
+    assert ea.output_dir() == str(tmp_path / "wf" / "a") and ea._output_dir == ea.output_dir()
+    result_file, output_name = em.input_source["x"]
+    assert result_file == str(tmp_path / "wf" / "a" / "result_a.pklz") and output_name == "y"
+    assert (tmp_path / "wf" / "m" / "mapflow" / "_m0").is_dir(), "MapNode sub-nodes moved out of <dir>/mapflow"
+    nx_.set_run_dir(ea, tmp_path / "elsewhere")
+    assert ea.output_dir() == str(tmp_path / "elsewhere"), "Node.output_dir() no longer returns the cached _output_dir"
+    hashed, value = ea.inputs.get_hashval(hash_method="timestamp")
+    assert isinstance(hashed, list) and isinstance(value, str)
