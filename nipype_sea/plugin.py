@@ -38,6 +38,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     # ------------------------------------------------------------------ run
     def run(self, graph, config, updatehash=False):
+        if graph.number_of_nodes() == 0:
+            return super().run(graph, config, updatehash=updatehash)
         home = nx_.workflow_home(graph)
         if home is None:
             raise SeaConfigError(
