@@ -28,6 +28,8 @@ import nipype
 from nipype.pipeline.engine import MapNode
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
 
+from sea.tiers import key_in_private_dir
+
 TESTED_RANGE = ("1.8", "1.13")  # [lowest tested, first untested)
 
 
@@ -47,6 +49,30 @@ def workflow_home(graph) -> Path | None:
     if len(base_dirs) != 1 or None in base_dirs:
         return None
     return Path(base_dirs.pop()).resolve()
+
+
+def forget_stale_links(graph, home: Path) -> int:
+    """Undo what links left by a killed run did to the graph before Sea saw it.
+
+    Nipype resolves a node's directory with ``realpath`` and fixes consumers' ``input_source`` from
+    it before the plugin runs; a link left in the home by a killed Sea run makes both point into
+    that run's tier. Remove such links, recompute the directories, and repoint ``input_source``.
+    """
+    moved: dict[Path, Path] = {}
+    for node in graph.nodes():
+        current = Path(node.output_dir())
+        key = None if current.is_relative_to(home) else key_in_private_dir(current)
+        if key is None:
+            continue
+        if (home / key).is_symlink():
+            (home / key).unlink()
+        node._output_dir = None
+        moved[current] = Path(node.output_dir())
+    for node in graph.nodes():
+        for field, (result, out) in list(node.input_source.items()):
+            if Path(result).parent in moved:
+                node.input_source[field] = (str(moved[Path(result).parent] / Path(result).name), out)
+    return len(moved)
 
 
 def logical_dir(node) -> Path:

@@ -47,6 +47,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
                 "shared filesystem); set workflow.base_dir = '/path/to/work' before run()"
             )
         self.home = home
+        if nx_.forget_stale_links(graph, home):
+            logger.warning("[Sea] links left in %s by a killed run were removed; their nodes run again", home)
         self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake)
         self.engine.update_graph(WorkflowGraph.from_specs(self._node_specs(graph, home)))
         success = False

@@ -52,7 +52,7 @@ from .journal import Journal
 from .ordering import order_ready
 from .report import RunReport, TierReport
 from .resume import plan_skips
-from .stager import TMP_MARK, FlushBatch, Stager
+from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -138,6 +138,10 @@ class SeaEngine:
     def update_graph(self, graph: WorkflowGraph) -> None:
         """Take the workflow graph: check the rules against it, plan what a rerun can skip."""
         self._check_rules(graph)
+        destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
+        swept = sum(sweep_temporaries(root) for root in {self.home, *destinations} if root.is_dir())
+        if swept:
+            self.log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
         with self._lock:
             self.graph = graph
             self._skip = plan_skips(graph, self.journal, self.home)
@@ -521,8 +525,8 @@ class SeaEngine:
 
     # ---------------------------------------------------------------- progress and end
     def _progress(self) -> None:
-        done = sum(1 for n in self._nodes.values() if n.state in (State.FINISHED, State.CACHED, State.SKIPPED))
-        self.log.info("[Sea] %d/%d nodes done, stager queue %d files", done, len(self._nodes), self.stager.queue_length)
+        done = self.report.nodes_run + self.report.nodes_cached
+        self.log.info("[Sea] %d/%d nodes done, stager queue %d files", done, self.report.nodes_total, self.stager.queue_length)
 
     def close(self, success: bool = True) -> RunReport:
         """Wait for every flush to commit, evict what is left on the tiers, write the report.

@@ -53,6 +53,21 @@ def atomic_copy(src: Path, dst: Path) -> int:
     return size
 
 
+def sweep_temporaries(root: Path) -> int:
+    """Remove the temporary copies a killed run left under ``root`` (they never reached a final name)."""
+    removed = 0
+    for dirpath, dirs, files in os.walk(root):
+        for name in [n for n in dirs if TMP_MARK in n]:
+            shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
+            dirs.remove(name)
+            removed += 1
+        for name in files:
+            if TMP_MARK in name:
+                os.unlink(os.path.join(dirpath, name))
+                removed += 1
+    return removed
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -120,6 +120,8 @@ class StorageHierarchy:
 
         tiers = []
         for i, (spec, root, capacity) in enumerate(checked):
+            for stale in remove_dead_private_dirs(root):
+                logger.warning("[Sea] removed %s, left by a run that was killed", stale)
             private = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
             (private / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()} {home}\n")
             tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private, capacity=capacity))
@@ -180,6 +182,34 @@ class StorageHierarchy:
             cap = f", cap {format_size(tier.capacity)}" if tier.capacity is not None else ""
             parts.append(f"{tier.root} ({format_size(tier.free_space())} free{cap})")
         return " > ".join(parts + [f"home {self.home.root}"])
+
+
+def key_in_private_dir(path: Path) -> str | None:
+    """``path`` relative to the Sea private directory that contains it, or ``None``.
+
+    Links left in a home by a killed run still resolve into that run's private directory; the
+    engine may have recorded the resolved path, and this recovers the node's key from it.
+    """
+    path = Path(path)
+    for parent in path.parents:
+        if parent.name.startswith("sea-") and (parent / OWNER_FILE).is_file():
+            return str(path.relative_to(parent))
+    return None
+
+
+def remove_dead_private_dirs(root: Path) -> list[Path]:
+    """Delete the private directories that runs on this host, now dead, left in ``root``."""
+    removed = []
+    for candidate in Path(root).glob("sea-*"):
+        try:
+            pid, host, *_ = (candidate / OWNER_FILE).read_text().split()
+            if host != socket.gethostname() or psutil.pid_exists(int(pid)) or candidate.stat().st_uid != os.getuid():
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(candidate, ignore_errors=True)
+        removed.append(candidate)
+    return removed
 
 
 def discover_tiers(home: Path) -> list[TierSpec]:
