@@ -1,0 +1,44 @@
+"""The scheduler wakes when a job finishes (not on a poll) and runs ready nodes depth-first."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from example_workflows.incrementation import build_workflow, make_chunks
+
+
+def journal_events(home):
+    return [json.loads(line) for line in (home / ".sea" / "journal.jsonl").read_text().splitlines()]
+
+
+def test_loop_wakes_on_job_completion_not_on_poll(disk_dir, shm_dir):
+    make_chunks(disk_dir / "data", 1, 0.1)
+    wf = build_workflow(disk_dir / "data", 1, 6, disk_dir / "work", disk_dir / "out")
+    wf.config["execution"]["poll_sleep_duration"] = 600  # MultiProc would wait 10 min per round
+    start = time.monotonic()
+    wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+    assert time.monotonic() - start < 120, "the loop slept on the poll instead of waking on completion"
+    assert (disk_dir / "out" / "incremented" / "chunk000.nii").is_file()
+
+
+def test_depth_first_one_chain_finishes_before_the_last_starts(disk_dir, shm_dir):
+    n_chunks, iterations = 6, 4
+    make_chunks(disk_dir / "data", n_chunks, 0.5)
+    wf = build_workflow(disk_dir / "data", n_chunks, iterations, disk_dir / "work", disk_dir / "out")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+    events = journal_events(disk_dir / "work")
+    first_sink_done = next(i for i, e in enumerate(events) if e["event"] == "done" and e["key"].endswith("/sink"))
+    last_first_step = max(i for i, e in enumerate(events) if e["event"] == "started" and e["key"].endswith("/increment_1"))
+    assert first_sink_done < last_first_step, "breadth-first: every chunk's first step ran before any chain finished"
+    # depth-first keeps few chains alive at once: at most n_procs + 1 chunks have data on the tier
+    alive, peak = set(), 0
+    for e in events:
+        chunk = e["key"].split("/")[1]
+        if e["event"] == "started":
+            alive.add(chunk)
+        if e["event"] == "done" and e["key"].endswith("/sink"):
+            alive.discard(chunk)
+        peak = max(peak, len(alive))
+    assert peak <= 3
