@@ -18,6 +18,7 @@ Facts relied upon (nipype 1.8-1.12):
 
 from __future__ import annotations
 
+import gc
 import re
 import sys
 import threading
@@ -171,7 +172,15 @@ class EventedMultiProc(MultiProcPlugin):
         execution = dict(config["execution"])
         self._poll_timeout = float(execution.get("poll_sleep_duration", 2))
         execution["poll_sleep_duration"] = "0"
-        return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
+        # MultiProc calls gc.collect() before every submission round; waking on each finished job
+        # means more rounds, and a full collection walks every object the process ever imported
+        # (65 ms here). Freezing what exists before the run limits each collection to new objects.
+        gc.collect()
+        gc.freeze()
+        try:
+            return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
+        finally:
+            gc.unfreeze()
 
     def _send_procs_to_workers(self, updatehash=False, graph=None):
         self._wake.clear()

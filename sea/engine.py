@@ -465,6 +465,8 @@ class SeaEngine:
     def _sink_committed(self, batch: FlushBatch) -> None:
         with self._lock:
             node = self._settle_batch(batch)
+            self.report.without_sea_files_home += len(batch.committed)  # a sink writes them home either way
+            self.report.without_sea_bytes_home += batch.bytes
             if batch.committed:
                 files = [[str(dst), size, mtime] for dst, size, mtime in batch.committed]
                 self.journal.write("committed", batch.key, files=files)

@@ -10,14 +10,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_benchmark_smoke_writes_the_table(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)]
+    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.terminate()  # SIGTERM: the benchmark kills its worker and removes its scratch directories
+        stdout, stderr = process.communicate(timeout=60)
+        raise AssertionError(f"the smoke benchmark took over 120 s:\n{stdout[-3000:]}\n{stderr[-3000:]}") from None
+    assert process.returncode == 0, f"benchmark failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
 
     markdown = tmp_path / "incrementation-smoke.md"
     assert markdown.is_file()

@@ -1,0 +1,1 @@
+"""Benchmarks of Sea for workflows against plain Nipype, run as ``python -m benchmarks.run``."""
