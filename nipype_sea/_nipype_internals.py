@@ -158,6 +158,9 @@ class EventedMultiProc(MultiProcPlugin):
     def wake(self) -> None:
         self._wake.set()
 
+    def node_of(self, jobid: int):
+        return self.procs[jobid]
+
     def skip_job(self, jobid: int) -> None:
         self.proc_done[jobid] = True
         self.proc_pending[jobid] = True

@@ -63,7 +63,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     def _node_specs(self, graph, home: Path) -> list[NodeSpec]:
         specs = []
         for node in graph.nodes():
-            key = self._key(nx_.logical_dir(node))
+            key = self.engine.key_for(nx_.logical_dir(node))
             kind = nx_.interface_name(node)
             sink = nx_.sink_base_directory(node) if kind in self.sea_config.sinks else None
             specs.append(
@@ -71,29 +71,26 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
                     key=key,
                     kind=f"{kind}:{node.name}",
                     signature=nx_.own_inputs(node),
-                    upstream=tuple((self._key(d), label) for d, label in nx_.producers(node, graph)),
+                    upstream=tuple((self.engine.key_for(d), label) for d, label in nx_.producers(node, graph)),
                     sink_destination=sink,
                     persist_dir=kind in self.sea_config.sinks and sink is None,
                 )
             )
         return specs
 
-    def _key(self, directory: Path) -> str:
-        return str(Path(directory).relative_to(self.home))
-
     def _node_key(self, node) -> str:
         return self.engine.key_for(nx_.logical_dir(node))
 
     # ------------------------------------------------------------------ events
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        by_key = {self._node_key(self.procs[j]): j for j in jobids}
+        by_key = {self._node_key(self.node_of(j)): j for j in jobids}
         ordered = []
         for key in self.engine.order(list(by_key)):
             jobid = by_key[key]
             if self.engine.is_skipped(key):
                 self.skip_job(jobid)
                 continue
-            if nx_.is_mapnode(self.procs[jobid]) and key in self.engine.graph:
+            if nx_.is_mapnode(self.node_of(jobid)) and key in self.engine.graph:
                 self.engine.place(key)  # its sub-nodes and report are written inside it
             ordered.append(jobid)
         return ordered

@@ -53,6 +53,7 @@ from .ordering import order_ready
 from .report import RunReport, TierReport
 from .resume import plan_skips
 from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
+from .sizes import format_size
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -255,6 +256,7 @@ class SeaEngine:
                 node.placement.staging_root = root
                 node.placement.staging = root / node.spec.sink_destination.relative_to("/")
             self.journal.write("started", key, chain=self.graph.chain(key))
+            self.log.debug("[Sea] placed %s on %s (estimate %s)", key, tier.name, format_size(estimate))
             return node.placement
 
     def _add_part(self, key: str) -> _Node:
@@ -300,31 +302,25 @@ class SeaEngine:
             node.state, node.evicted = State.SKIPPED, True
             self.report.nodes_cached += 1
             self._release_producers(key)
-        self._progress()
+        self._progress(key)
 
     def node_cached(self, key: str) -> None:
         """The engine found the node done in the home by its own hash check."""
         with self._lock:
-            node = self._nodes.get(key)
-            if node is None:  # a sub-node Sea never placed (found cached by the engine)
-                return
-            if node.part_of is not None:
-                self._part_finished(node)
+            node = self._whole_node(key)
+            if node is None:
                 return
             if node.placement is not None and not node.placement.tier.is_home:
                 self._drop_placement(node)
             node.state = State.CACHED
             self.report.nodes_cached += 1
             self._release_producers(key)
-        self._progress()
+        self._progress(key)
 
     def node_finished(self, key: str) -> None:
         with self._lock:
-            node = self._nodes.get(key)
-            if node is None:  # a sub-node Sea never placed (found cached by the engine)
-                return
-            if node.part_of is not None:
-                self._part_finished(node)
+            node = self._whole_node(key)
+            if node is None:
                 return
             p = node.placement
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
@@ -349,7 +345,16 @@ class SeaEngine:
             self._schedule_flushes(node)
             self._release_producers(key)
             self._maybe_evict(key)
-        self._progress()
+        self._progress(key)
+
+    def _whole_node(self, key: str) -> _Node | None:
+        """The node ``key`` names; ``None`` for a sub-node, which is settled here as a part of its
+        owner (or was never placed: the engine found it cached)."""
+        node = self._nodes.get(key)
+        if node is not None and node.part_of is not None:
+            self._part_finished(node)
+            return None
+        return node
 
     def _part_finished(self, part: _Node) -> None:
         p = part.placement
@@ -526,9 +531,9 @@ class SeaEngine:
         self.hierarchy.release(node.placement.tier, used=node.size)
 
     # ---------------------------------------------------------------- progress and end
-    def _progress(self) -> None:
+    def _progress(self, key: str) -> None:
         done = self.report.nodes_run + self.report.nodes_cached
-        self.log.info("[Sea] %d/%d nodes done, stager queue %d files", done, self.report.nodes_total, self.stager.queue_length)
+        self.log.info("[Sea] %d/%d nodes done (%s), stager queue %d files", done, self.report.nodes_total, key, self.stager.queue_length)
 
     def close(self, success: bool = True) -> RunReport:
         """Wait for every flush to commit, evict what is left on the tiers, write the report.

@@ -36,34 +36,56 @@ class Journal:
         with open(self.path, encoding="utf-8") as fh:
             for line in fh:
                 try:
-                    entry = json.loads(line)
-                except json.JSONDecodeError:
+                    self._apply(json.loads(line))
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                     continue  # a torn last line after a kill
-                rec = self.records.setdefault(entry["key"], NodeRecord())
-                event = entry["event"]
-                if event == "started":
-                    self.records[entry["key"]] = NodeRecord(chain=entry["chain"])
-                elif event == "done":
-                    rec.chain, rec.done = entry["chain"], True
-                elif event == "committed":
-                    rec.committed.update({dst: (size, mtime) for dst, size, mtime in entry["files"]})
-                elif event == "evicted":
-                    rec.evicted = True
-                elif event == "forgotten":
-                    del self.records[entry["key"]]
+
+    def _apply(self, entry: dict) -> None:
+        key, event = entry["key"], entry["event"]
+        rec = self.records.setdefault(key, NodeRecord())
+        if event == "started":
+            self.records[key] = NodeRecord(chain=entry["chain"])
+        elif event == "done":
+            rec.chain, rec.done = entry["chain"], True
+        elif event == "committed":
+            rec.committed.update({dst: (size, mtime) for dst, size, mtime in entry["files"]})
+        elif event == "evicted":
+            rec.evicted = True
+        elif event == "forgotten":
+            del self.records[key]
 
     def get(self, key: str) -> NodeRecord | None:
         return self.records.get(key)
 
     def write(self, event: str, key: str, **data: object) -> None:
-        line = json.dumps({"event": event, "key": key, **data}, sort_keys=True)
+        entry = {"event": event, "key": key, **data}
         with self._lock:
-            self._file.write(line + "\n")
+            self._file.write(json.dumps(entry, sort_keys=True) + "\n")
             self._file.flush()
+            self._apply(entry)
 
     def close(self) -> None:
+        """Rewrite the journal as one record per node (so it does not grow with every rerun)."""
         with self._lock:
-            if not self._file.closed:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
+            if self._file.closed:
+                return
+            self._file.close()
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for key, rec in sorted(self.records.items()):
+                    for entry in _entries(key, rec):
+                        fh.write(json.dumps(entry, sort_keys=True) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+
+
+def _entries(key: str, rec: NodeRecord) -> list[dict]:
+    entries = [{"event": "started", "key": key, "chain": rec.chain}]
+    if rec.done:
+        entries.append({"event": "done", "key": key, "chain": rec.chain})
+    if rec.committed:
+        entries.append({"event": "committed", "key": key, "files": [[d, s, m] for d, (s, m) in sorted(rec.committed.items())]})
+    if rec.evicted:
+        entries.append({"event": "evicted", "key": key})
+    return entries

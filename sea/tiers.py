@@ -41,7 +41,7 @@ class TierStats:
     bytes_evicted: int = 0
 
 
-@dataclass
+@dataclass(eq=False)  # a tier is itself: compared by identity
 class Tier:
     name: str
     root: Path
