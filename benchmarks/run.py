@@ -478,7 +478,8 @@ def render_markdown(size: Size, reps: int, machine: Machine, records: list[RunRe
         + (
             ": the most placement alone could gain here."
             if bound_ratio < 1
-            else ": at this size the page cache absorbs MultiProc's writes, so placement alone has nothing to gain."
+            else ": on this unloaded local disk the page cache absorbs MultiProc's writes, so placement alone has "
+            "nothing to gain here; the busy shared filesystem of the next benchmark is where it should."
         ),
         "- Where SeaMultiProc beats the bound, the gain is its scheduling loop, not placement: MultiProc runs a "
         "full `gc.collect()` (tens of ms with Nipype's imports loaded) before every submission round and polls "
