@@ -495,9 +495,9 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     numeric = [i > 0 for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)) + " |"
+        return "| " + " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=False)) + " |"
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if num else (":" + "-" * (w + 1)) for w, num in zip(widths, numeric)) + "|"
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if num else (":" + "-" * (w + 1)) for w, num in zip(widths, numeric, strict=False)) + "|"
     return "\n".join([line(header), rule, *(line(r) for r in rows)])
 
 

@@ -152,7 +152,7 @@ class SeaConfig:
 
     # ------------------------------------------------------------------ loading
     @classmethod
-    def load(cls, source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> "SeaConfig":
+    def load(cls, source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> SeaConfig:
         """Read a config from a dict, a YAML path, or ``$SEA_CONFIG``; defaults when none is given."""
         if isinstance(source, SeaConfig):
             return source
@@ -170,7 +170,7 @@ class SeaConfig:
         )
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], origin: str = "sea config") -> "SeaConfig":
+    def from_mapping(cls, data: Mapping[str, Any], origin: str = "sea config") -> SeaConfig:
         if data is None:
             return cls()
         if not isinstance(data, Mapping):

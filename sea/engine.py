@@ -52,8 +52,8 @@ from .journal import Journal
 from .ordering import order_ready
 from .report import RunReport, TierReport
 from .resume import plan_skips
-from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .sizes import format_size
+from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -469,7 +469,7 @@ class SeaEngine:
 
     def _sink_committed(self, batch: FlushBatch) -> None:
         with self._lock:
-            node = self._settle_batch(batch)
+            self._settle_batch(batch)
             self.report.without_sea_files_home += len(batch.committed)  # a sink writes them home either way
             self.report.without_sea_bytes_home += batch.bytes
             if batch.committed:

@@ -41,7 +41,7 @@ class WorkflowGraph:
     dag: nx.DiGraph = field(default_factory=nx.DiGraph)
 
     @classmethod
-    def from_specs(cls, specs: Iterable[NodeSpec]) -> "WorkflowGraph":
+    def from_specs(cls, specs: Iterable[NodeSpec]) -> WorkflowGraph:
         graph = cls()
         for spec in specs:
             if spec.key in graph.nodes:

@@ -47,7 +47,7 @@ class RunReport:
         tmp.replace(path)
 
     @classmethod
-    def from_json(cls, path: Path) -> "RunReport":
+    def from_json(cls, path: Path) -> RunReport:
         data = json.loads(Path(path).read_text())
         data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
         return cls(**data)

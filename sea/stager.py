@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +82,7 @@ class FlushBatch:
 
     key: str
     files: list[tuple[Path, Path]]  # (source on a tier, destination at home)
-    on_done: Callable[["FlushBatch"], None]
+    on_done: Callable[[FlushBatch], None]
     committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns)
     errors: list[str] = field(default_factory=list)
     _left: int = 0

@@ -82,7 +82,7 @@ class StorageHierarchy:
 
     # -------------------------------------------------------------- construction
     @classmethod
-    def build(cls, config: SeaConfig, home: Path) -> "StorageHierarchy":
+    def build(cls, config: SeaConfig, home: Path) -> StorageHierarchy:
         """Check every tier against the home and create Sea's private directories."""
         home = Path(home).resolve()
         home_dev = _device(home)

@@ -7,7 +7,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 from nipype import Function, IdentityInterface, JoinNode, MapNode, Node, Workflow
-from nipype.interfaces.base import CommandLine, CommandLineInputSpec, File, TraitedSpec, traits
+from nipype.interfaces.base import CommandLine, CommandLineInputSpec, File, TraitedSpec
 from nipype.interfaces.io import DataSink
 
 
