@@ -19,6 +19,7 @@ Facts relied upon (nipype 1.8-1.12):
 from __future__ import annotations
 
 import gc
+import os
 import re
 import sys
 import threading
@@ -100,7 +101,10 @@ def producers(node, graph) -> list[tuple[Path, str]]:
 def own_inputs(node) -> str:
     """The node's unconnected inputs with their hashes, as Nipype hashes them, as text."""
     hash_method = (node.config or {}).get("execution", {}).get("hash_method", "timestamp")
-    hashed, _ = node.inputs.get_hashval(hash_method=hash_method)
+    try:
+        hashed, _ = node.inputs.get_hashval(hash_method=hash_method)
+    except Exception:  # noqa: BLE001 - an input Nipype cannot hash: never treat the node as done
+        return f"unhashable {os.urandom(8).hex()}"
     return repr([(name, value) for name, value in hashed if name not in node.input_source])
 
 

@@ -171,3 +171,23 @@ def test_report_json_has_the_issue_fields(dataset, disk_dir, shm_dir):
     for key in ("tiers", "bytes_flushed", "files_flushed", "bytes_evicted", "stager_wait_seconds", "files_created_home", "without_sea_bytes_home"):
         assert key in fields
     assert {"peak_bytes", "bytes_written", "nodes_placed", "spills"} <= set(fields["tiers"][0])
+
+
+def test_rules_on_declared_outputs_remove_and_keep(dataset, disk_dir, shm_dir, caplog):
+    data, subjects = dataset
+    home, out = disk_dir / "work", disk_dir / "out"
+    sea = {
+        "tiers": [{"path": str(shm_dir)}],
+        "rules": [
+            {"pattern": "**/image.nii.gz", "mode": "remove"},  # a declared output the user does not want home
+            {"pattern": "**/group_mean.nii", "mode": "keep"},  # left on the fast tier after the run
+            {"pattern": "study/**/*.mat", "mode": "copy"},  # may match at run time: a warning, not an error
+        ],
+    }
+    run(build_full(data, subjects, home, out), "SeaMultiProc", sea)
+    assert not list(out.rglob("image.nii.gz"))
+    assert not (out / "group" / "group_mean.nii").exists()
+    kept = list(shm_dir.rglob("group_mean.nii"))
+    assert kept and all(k.is_relative_to(shm_dir) for k in kept)
+    assert len(list(out.glob("func/sub-*/desc-smooth_bold.nii"))) == 3
+    assert any("may match files made at run time" in r.getMessage() for r in caplog.records)
