@@ -77,6 +77,39 @@ def forget_stale_links(graph, home: Path) -> int:
     return len(moved)
 
 
+def expanded_graph(workflow):
+    """The execution graph ``workflow.run()`` would build, without running anything (for
+    ``sea plan``): the same private steps as ``Workflow.run`` up to the plugin call."""
+    from copy import deepcopy
+
+    from nipype import config
+    from nipype.pipeline.engine.utils import generate_expanded_graph, merge_dict
+
+    flat = workflow._create_flat_graph()
+    workflow.config = merge_dict(deepcopy(config._sections), workflow.config)
+    workflow._set_needed_outputs(flat)
+    graph = generate_expanded_graph(deepcopy(flat))
+    for index, node in enumerate(graph.nodes()):
+        node.config = merge_dict(deepcopy(workflow.config), node.config)
+        node.base_dir = workflow.base_dir
+        node.index = index
+    workflow._configure_exec_nodes(graph)
+    return graph
+
+
+def unconnected_file_bytes(node) -> int:
+    """Bytes of the existing files named by the node's unconnected inputs (what it reads from the
+    shared filesystem when it is a source)."""
+    total = 0
+    for name, value in node.inputs.get().items():
+        if name in node.input_source:
+            continue
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and os.path.isfile(item):
+                total += os.path.getsize(item)
+    return total
+
+
 def logical_dir(node) -> Path:
     """The node's directory as Nipype records it; calling it caches the path before Sea links it."""
     return Path(node.output_dir())

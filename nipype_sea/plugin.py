@@ -15,9 +15,10 @@ from pathlib import Path
 
 import nipype
 
-from sea import NodeSpec, SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
+from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
 
 from . import _nipype_internals as nx_
+from .graph import node_specs
 
 logger = logging.getLogger("nipype.workflow")
 
@@ -50,7 +51,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if nx_.forget_stale_links(graph, home):
             logger.warning("[Sea] links left in %s by a killed run were removed; their nodes run again", home)
         self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake)
-        self.engine.update_graph(WorkflowGraph.from_specs(self._node_specs(graph, home)))
+        self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
         success = False
         try:
             result = super().run(graph, config, updatehash=updatehash)
@@ -59,24 +60,6 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         finally:
             self.shutdown_pool()
             self.report = self.engine.close(success=success)
-
-    def _node_specs(self, graph, home: Path) -> list[NodeSpec]:
-        specs = []
-        for node in graph.nodes():
-            key = self.engine.key_for(nx_.logical_dir(node))
-            kind = nx_.interface_name(node)
-            sink = nx_.sink_base_directory(node) if kind in self.sea_config.sinks else None
-            specs.append(
-                NodeSpec(
-                    key=key,
-                    kind=f"{kind}:{node.name}",
-                    signature=nx_.own_inputs(node),
-                    upstream=tuple((self.engine.key_for(d), label) for d, label in nx_.producers(node, graph)),
-                    sink_destination=sink,
-                    persist_dir=kind in self.sea_config.sinks and sink is None,
-                )
-            )
-        return specs
 
     def _node_key(self, node) -> str:
         return self.engine.key_for(nx_.logical_dir(node))

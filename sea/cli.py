@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from .config import SeaConfig, SeaConfigError
+from .engine import HISTORY
+from .estimate import SizeEstimator
+from .graph import WorkflowGraph
+from .model import Bandwidth, TierModel
+from .plan import Plan, describe, load_target, make_plan
+from .probe import cached_probe
 from .report import RunReport
 from .sizes import format_size
 from .tiers import StorageHierarchy
@@ -26,10 +33,27 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("path", help="sea-report.json, or the base_dir that holds it")
     report.add_argument("--json", action="store_true", help="print the JSON as is")
     sub.add_parser("config-docs", help="print the configuration reference (docs/configuration.md) in Markdown")
+    probe = sub.add_parser("probe", help="measure the read/write bandwidth of directories (cached per host)")
+    probe.add_argument("paths", nargs="+")
+    probe.add_argument("--fresh", action="store_true", help="measure again instead of using the cache")
+    plan = sub.add_parser("plan", help="predict a workflow's tier usage and makespan before running it")
+    plan.add_argument("target", help="MODULE:FUNCTION (or file.py:FUNCTION) returning the workflow")
+    plan.add_argument("--sea", help="Sea config (YAML); default $SEA_CONFIG, else the discovered tiers")
+    plan.add_argument("--n-procs", type=int, default=os.cpu_count() or 1)
+    plan.add_argument("--shared-read-mbps", type=float, help="the shared filesystem's read bandwidth (default: probe the home)")
+    plan.add_argument("--shared-write-mbps", type=float, help="the shared filesystem's write bandwidth (default: probe the home)")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
             return _check(args.config, args.home)
+        if args.command == "probe":
+            for path in args.paths:
+                bw = cached_probe(Path(path), fresh=args.fresh)
+                print(f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s")
+            return 0
+        if args.command == "plan":
+            print(_plan(args).to_text())
+            return 0
         if args.command == "report":
             path = Path(args.path)
             path = path / "sea-report.json" if path.is_dir() else path
@@ -59,6 +83,29 @@ def _check(source: str | None, home: str | None) -> int:
     finally:
         hierarchy.close()
     return 0
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    config = SeaConfig.load(args.sea)
+    found = describe(load_target(args.target), config)
+    hierarchy = StorageHierarchy.build(config, found.home)
+    try:
+        tiers = [
+            TierModel(str(t.root), min(t.free_space(), t.capacity or float("inf")), cached_probe(t.root))
+            for t in hierarchy.fast_tiers
+        ]
+    finally:
+        hierarchy.close()
+    existing = next(p for p in [found.home, *found.home.parents] if p.is_dir())  # before the first run
+    shared = cached_probe(existing)
+    shared = Bandwidth(
+        read=args.shared_read_mbps * 1e6 if args.shared_read_mbps else shared.read,
+        write=args.shared_write_mbps * 1e6 if args.shared_write_mbps else shared.write,
+    )
+    history_path = found.home / HISTORY
+    history = SizeEstimator.load(history_path, config.default_node_size)
+    graph = WorkflowGraph.from_specs(found.specs)
+    return make_plan(graph, history, tiers, shared, args.n_procs, found.input_bytes, learned=history_path.is_file())
 
 
 def config_reference() -> str:

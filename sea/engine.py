@@ -57,6 +57,7 @@ from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
+HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
@@ -102,6 +103,7 @@ class _Node:
     keep: bool = False
     evicted: bool = False
     tried: set[str] = field(default_factory=set)
+    started: float = 0.0
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
 
@@ -121,7 +123,7 @@ class SeaEngine:
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.hierarchy = StorageHierarchy.build(config, self.home)
-        self.estimator = SizeEstimator(config.default_node_size)
+        self.estimator = SizeEstimator.load(self.home / HISTORY, config.default_node_size)
         self.stager = Stager(config.stager_threads)
         self.journal = Journal(self.home / ".sea" / "journal.jsonl")
         self.report = RunReport()
@@ -247,6 +249,7 @@ class SeaEngine:
                 os.symlink(physical, logical, target_is_directory=True)
             node.placement = Placement(key, logical, physical, tier, estimate)
             node.state = State.RUNNING
+            node.started = time.monotonic()
             if owner is not None:
                 return node.placement
             if node.spec.sink_destination is not None and not tier.is_home:
@@ -332,7 +335,7 @@ class SeaEngine:
             inside = sum(self._nodes[k].size for k in node.parts) - sum(n.size for n in self._separate_parts(node))
             node.size = size - inside  # parts inside the directory were settled on their own
             self.hierarchy.settle(p.tier, p.reserved, node.size)
-            self.estimator.learn(node.spec.kind, size)
+            self.estimator.learn(node.spec.kind, size, time.monotonic() - node.started if node.started else None)
             self.report.nodes_run += 1
             self.report.without_sea_bytes_home += size + sum(n.size for n in self._separate_parts(node))
             self.report.without_sea_files_home += files
@@ -568,8 +571,9 @@ class SeaEngine:
             for t in self.hierarchy.all
         ]
         self.report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
-        self.report.files_created_home += 2  # the journal and the report
+        self.report.files_created_home += 3  # the journal, the history and the report
         self.journal.close()
+        self.estimator.save(self.home / HISTORY)
         self.report.to_json(self.home / self.config.report)
         if not kept:
             self.hierarchy.close()

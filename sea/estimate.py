@@ -1,8 +1,13 @@
-"""Node sizes: unknown before a node runs, so estimated, then learned as nodes finish."""
+"""Node sizes and run times: unknown before a node runs, so estimated, then learned as nodes
+finish, and kept in the home (``.sea/history.json``) so the next run, and ``sea plan``, start
+from what the last one measured."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -20,6 +25,7 @@ class SizeEstimator:
 
     default: int
     learned: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # the last run time seen per kind
 
     def estimate(self, kind: str, input_bytes: int | None = None) -> int:
         if kind in self.learned:
@@ -28,9 +34,25 @@ class SizeEstimator:
             return input_bytes
         return self.learned.get(_interface(kind), self.default)
 
-    def learn(self, kind: str, size: int) -> None:
+    def learn(self, kind: str, size: int, seconds: float | None = None) -> None:
         for key in {kind, _interface(kind)}:
             self.learned[key] = max(size, self.learned.get(key, 0))
+        if seconds is not None:
+            self.seconds[kind] = seconds
+
+    @classmethod
+    def load(cls, path: Path, default: int) -> SizeEstimator:
+        try:
+            data = json.loads(Path(path).read_text())
+            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return cls(default)  # no history yet, or one we cannot read: start from the defaults
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds}, indent=1, sort_keys=True))
+        os.replace(tmp, path)
 
 
 def _interface(kind: str) -> str:

@@ -1,0 +1,121 @@
+"""``sea plan``: what a run will do and how long it should take, before anything runs.
+
+An adapter (found through the ``sea.adapters`` entry points) turns the user's workflow object into a
+:class:`PlanInput`; sizes and run times come from the history an earlier run left in the home
+(``.sea/history.json``), else from the defaults; bandwidths from ``sea probe`` or the command line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import SeaConfig, SeaConfigError
+from .estimate import SizeEstimator
+from .graph import NodeSpec, WorkflowGraph
+from .model import Bandwidth, Prediction, Simulation, TierModel, Workload, predict_sea, predict_shared, simulate
+from .sizes import format_size
+
+DEFAULT_SECONDS = 1.0  # a node's run time before any run measured it
+
+
+@dataclass
+class PlanInput:
+    home: Path | None
+    specs: list[NodeSpec]
+    input_bytes: int
+
+
+@dataclass
+class Plan:
+    nodes: int
+    learned: bool  # sizes came from an earlier run
+    sizes: dict[str, float]
+    simulation: Simulation
+    workload: Workload
+    shared: Prediction
+    sea: Prediction
+
+    def to_text(self) -> str:
+        kinds: dict[str, list[float]] = {}
+        for key, size in self.sizes.items():
+            kinds.setdefault(key.rsplit("/", 1)[-1], []).append(size)
+        lines = [
+            f"{self.nodes} nodes; sizes {'learned from the last run' if self.learned else 'not known yet (defaults): run once to learn them'}",
+            "  predicted bytes per node:",
+            *(f"    {name:<28} x{len(v):<4} {format_size(max(v))}" for name, v in sorted(kinds.items())),
+            "  predicted peak per tier (Sea, depth-first, evicting):",
+            *(f"    {tier:<28} {format_size(peak)}" for tier, peak in self.simulation.peak_bytes.items()),
+            f"  spills: {self.simulation.spills}; live working set: {format_size(self.simulation.live_peak)}",
+            f"  persisted home: {format_size(self.workload.output_bytes)} of declared outputs",
+            f"  makespan, everything on the shared FS: {self.shared.lower:.1f}-{self.shared.upper:.1f} s",
+            f"  makespan, Sea:                        {self.sea.lower:.1f}-{self.sea.upper:.1f} s",
+        ]
+        return "\n".join(lines)
+
+
+def make_plan(
+    graph: WorkflowGraph,
+    history: SizeEstimator,
+    tiers: list[TierModel],
+    shared: Bandwidth,
+    processes: int,
+    input_bytes: float,
+    learned: bool,
+) -> Plan:
+    sizes = {k: float(history.estimate(s.kind)) for k, s in graph.nodes.items()}
+    seconds = {k: history.seconds.get(s.kind, DEFAULT_SECONDS) for k, s in graph.nodes.items()}
+    home = TierModel("home", float("inf"), shared)
+    sim = simulate(graph, sizes, seconds, [*tiers, home], processes)
+    outputs = [sizes[k] for k, s in graph.nodes.items() if s.sink_destination is not None]
+    workload = Workload(
+        input_bytes=input_bytes,
+        intermediate_bytes=sum(sizes.values()) - sum(outputs),
+        output_bytes=sum(outputs),
+        last_output_bytes=max(outputs, default=0.0),
+        compute_seconds=sim.makespan_compute * processes,
+        processes=processes,
+    )
+    return Plan(
+        nodes=len(graph),
+        learned=learned,
+        sizes=sizes,
+        simulation=sim,
+        workload=workload,
+        shared=predict_shared(workload, shared),
+        sea=predict_sea(workload, tiers, shared, sim.live_peak),
+    )
+
+
+def load_target(target: str) -> object:
+    """Call ``module:function`` or ``path/to/file.py:function`` and return what it returns."""
+    if ":" not in target:
+        raise SeaConfigError(f"{target!r} is not MODULE:FUNCTION; write e.g. example_workflows.incrementation.plan:workflow")
+    where, name = target.rsplit(":", 1)
+    try:
+        if where.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        factory = getattr(module, name)
+    except (ImportError, FileNotFoundError, AttributeError) as exc:
+        raise SeaConfigError(f"cannot load {target!r}: {exc}; give an importable MODULE:FUNCTION") from None
+    return factory()
+
+
+def describe(obj: object, config: SeaConfig) -> PlanInput:
+    """Ask each installed adapter whether it knows ``obj``."""
+    for entry in importlib.metadata.entry_points(group="sea.adapters"):
+        found = entry.load()(obj, config)
+        if found is not None:
+            if found.home is None:
+                raise SeaConfigError("the workflow has no base_dir; set it: Sea's history and outputs live there")
+            return found
+    raise SeaConfigError(f"no installed Sea adapter knows a {type(obj).__name__}; return a Nipype Workflow")

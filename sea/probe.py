@@ -1,0 +1,61 @@
+"""Measure a directory's read and write bandwidth, once per host, for the performance model.
+
+A few seconds: write a file with fsync (what a node's output costs), ask the kernel to drop its
+pages, read it back. Results are cached per host in ``~/.cache/sea/bandwidth.json``; a busy shared
+filesystem changes by the minute, so ``sea plan`` also takes its bandwidth from the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from .model import Bandwidth
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sea" / "bandwidth.json"
+CHUNK = 2**20
+
+
+def probe(directory: Path, nbytes: int = 64 * 2**20) -> Bandwidth:
+    block = os.urandom(CHUNK)
+    fd, name = tempfile.mkstemp(prefix=".sea-probe-", dir=directory)
+    try:
+        start = time.perf_counter()
+        for _ in range(max(1, nbytes // CHUNK)):
+            os.write(fd, block)
+        os.fsync(fd)
+        write = time.perf_counter() - start
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.lseek(fd, 0, os.SEEK_SET)
+        start = time.perf_counter()
+        while os.read(fd, 8 * CHUNK):
+            pass
+        read = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(name)
+    size = max(1, nbytes // CHUNK) * CHUNK
+    return Bandwidth(read=size / max(read, 1e-9), write=size / max(write, 1e-9))
+
+
+def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20) -> Bandwidth:
+    """:func:`probe`, remembered per host and directory."""
+    host, key = socket.gethostname(), str(Path(directory).resolve())
+    try:
+        cache = json.loads(CACHE.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    entry = cache.get(host, {}).get(key)
+    if entry and not fresh:
+        return Bandwidth(read=entry["read"], write=entry["write"])
+    measured = probe(Path(directory), nbytes)
+    cache.setdefault(host, {})[key] = {"read": measured.read, "write": measured.write, "at": time.time()}
+    CACHE.parent.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE.with_name(CACHE.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache, indent=1))
+    os.replace(tmp, CACHE)
+    return measured

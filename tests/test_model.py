@@ -1,0 +1,69 @@
+"""The performance model and ``sea plan``: replay, predictions, and the command on the example."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from sea.graph import NodeSpec, WorkflowGraph
+from sea.model import Bandwidth, TierModel, Workload, predict_sea, predict_shared, simulate
+
+INF = float("inf")
+TMPFS = Bandwidth(read=6e9, write=2.5e9)
+BUSY = Bandwidth(read=200e6, write=30e6)
+
+
+def incrementation_graph(chunks: int, iterations: int) -> WorkflowGraph:
+    specs = []
+    for c in range(chunks):
+        previous = None
+        for i in range(iterations):
+            key = f"wf/_chunk_{c}/inc{i}"
+            specs.append(NodeSpec(key, kind=f"Function:inc{i}", upstream=((previous, "x"),) if previous else ()))
+            previous = key
+        specs.append(NodeSpec(f"wf/_chunk_{c}/sink", kind="DataSink:sink", upstream=((previous, "x"),), sink_destination=None))
+    return WorkflowGraph.from_specs(specs)
+
+
+def test_depth_first_replay_keeps_the_live_set_small():
+    graph = incrementation_graph(8, 5)
+    sizes = {k: 32e6 for k in graph.nodes}
+    seconds = {k: 0.1 for k in graph.nodes}
+    sim = simulate(graph, sizes, seconds, [TierModel("tmpfs", INF, TMPFS)], processes=2)
+    assert sim.live_peak <= 4 * 32e6, "depth-first with eviction holds a few chunks, not all 48 outputs"
+    assert sim.bytes_written["tmpfs"] == 48 * 32e6
+    assert abs(sim.makespan_compute - 48 * 0.1 / 2) < 1e-6
+
+
+def test_small_tier_spills_to_the_next():
+    graph = incrementation_graph(8, 5)
+    sizes = {k: 32e6 for k in graph.nodes}
+    sim = simulate(graph, sizes, {k: 0.1 for k in graph.nodes}, [TierModel("small", 64e6, TMPFS), TierModel("home", INF, BUSY)], 2)
+    assert sim.spills > 0 and sim.peak_bytes["small"] <= 64e6 and sim.bytes_written["home"] > 0
+
+
+def test_predictions_order_shared_sea_and_bounds():
+    w = Workload(input_bytes=8 * 32e6, intermediate_bytes=40 * 32e6, output_bytes=8 * 32e6, last_output_bytes=32e6, compute_seconds=4.8, processes=2)
+    a = predict_shared(w, BUSY)
+    c = predict_sea(w, [TierModel("tmpfs", INF, TMPFS)], BUSY, live_peak=4 * 32e6)
+    assert a.lower <= a.upper and c.lower <= c.upper
+    assert c.upper < a.lower, "on a busy shared filesystem Sea must be predicted faster"
+    # the seeds' pure-bandwidth model is the I/O part of the shared prediction
+    assert abs(a.io_seconds - ((8 * 32e6 + 40 * 32e6) / BUSY.read + (48 * 32e6) / BUSY.write)) < 1e-9
+    # outputs alone at 30 MB/s are a floor for Sea (the limit L of the benchmark)
+    assert c.lower >= w.output_bytes / BUSY.write
+
+
+def test_sea_plan_on_the_example(disk_dir):
+    env = {**os.environ, "SEA_DEMO_ROOT": str(disk_dir / "demo")}
+    target = "example_workflows.incrementation.plan:workflow"
+    before = subprocess.run([sys.executable, "-m", "sea.cli", "plan", target, "--n-procs", "2"], capture_output=True, text=True, env=env)
+    assert before.returncode == 0, before.stderr[-2000:]
+    assert "not known yet" in before.stdout and not (disk_dir / "demo" / "work").exists(), "plan must not run anything"
+    run = subprocess.run([sys.executable, "-m", "example_workflows.incrementation", "--root", str(disk_dir / "demo")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    after = subprocess.run([sys.executable, "-m", "sea.cli", "plan", target, "--n-procs", "2", "--shared-write-mbps", "30"], capture_output=True, text=True, env=env)
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert "20 nodes; sizes learned from the last run" in after.stdout
+    assert "increment_1" in after.stdout and "makespan, Sea:" in after.stdout
