@@ -416,6 +416,8 @@ class SeaEngine:
     def _schedule_flushes(self, node: _Node) -> None:
         p = node.placement
         key = node.spec.key
+        if node.spec.sink_destination is not None and p.staging_root is None:
+            self.journal.write("committed", key, files=[])  # a sink that ran at home wrote its outputs itself
         if p.staging_root is not None:
             files = []
             for src in _walk_files(p.staging_root):
@@ -475,7 +477,7 @@ class SeaEngine:
             self._settle_batch(batch)
             self.report.without_sea_files_home += len(batch.committed)  # a sink writes them home either way
             self.report.without_sea_bytes_home += batch.bytes
-            if batch.committed:
+            if not batch.errors:
                 files = [[str(dst), size, mtime] for dst, size, mtime in batch.committed]
                 self.journal.write("committed", batch.key, files=files)
             self._maybe_evict(batch.key)

@@ -19,6 +19,7 @@ class NodeRecord:
     chain: str = ""
     done: bool = False
     evicted: bool = False
+    flushed: bool = False  # its declared outputs are all committed home
     committed: dict[str, tuple[int, int]] = field(default_factory=dict)  # dst -> (size, mtime_ns)
 
 
@@ -48,6 +49,7 @@ class Journal:
         elif event == "done":
             rec.chain, rec.done = entry["chain"], True
         elif event == "committed":
+            rec.flushed = True
             rec.committed.update({dst: (size, mtime) for dst, size, mtime in entry["files"]})
         elif event == "evicted":
             rec.evicted = True
@@ -84,7 +86,7 @@ def _entries(key: str, rec: NodeRecord) -> list[dict]:
     entries = [{"event": "started", "key": key, "chain": rec.chain}]
     if rec.done:
         entries.append({"event": "done", "key": key, "chain": rec.chain})
-    if rec.committed:
+    if rec.flushed:
         entries.append({"event": "committed", "key": key, "files": [[d, s, m] for d, (s, m) in sorted(rec.committed.items())]})
     if rec.evicted:
         entries.append({"event": "evicted", "key": key})

@@ -22,15 +22,18 @@ def plan_skips(graph: WorkflowGraph, journal: Journal, home: Path) -> set[str]:
     skip: set[str] = set()
     for key in reversed(graph.topological()):
         record = journal.get(key)
-        if record is None or not _complete(record, graph.chain(key), home / key):
+        if record is None or not _complete(record, graph, key, home / key):
             continue
         if all(consumer in skip for consumer in graph.consumers(key)):
             skip.add(key)
     return skip
 
 
-def _complete(record: NodeRecord, chain: str, logical: Path) -> bool:
-    if not record.done or record.chain != chain:
+def _complete(record: NodeRecord, graph: WorkflowGraph, key: str, logical: Path) -> bool:
+    spec = graph.nodes[key]
+    if not record.done or record.chain != graph.chain(key):
+        return False
+    if spec.sink_destination is not None and not record.flushed:
         return False
     for dst, (size, mtime_ns) in record.committed.items():
         try:
@@ -39,7 +42,7 @@ def _complete(record: NodeRecord, chain: str, logical: Path) -> bool:
             return False
         if st.st_size != size or st.st_mtime_ns != mtime_ns:
             return False
-    if record.evicted:
-        return True
-    # not evicted: its directory must be a real one at home (a link into an old tier is stale)
+    if record.evicted or (not graph.consumers(key) and not spec.persist_dir):
+        return True  # its directory is gone, or nobody will read it
+    # its directory must be a real one at home (a link into an old tier is stale)
     return logical.is_dir() and not logical.is_symlink()

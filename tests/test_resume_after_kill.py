@@ -25,10 +25,10 @@ def demo(root: Path, tier: Path) -> list[str]:
             "--chunk-mib", "4", "--iterations", "4", "--sea", str(root / "sea.yml")]
 
 
-def done_count(journal: Path) -> int:
+def count(journal: Path, event: str) -> int:
     if not journal.exists():
         return 0
-    return sum(1 for line in journal.read_text().splitlines() if '"event": "done"' in line)
+    return sum(1 for line in journal.read_text().splitlines() if f'"event": "{event}"' in line)
 
 
 def test_rerun_after_sigkill_completes_identically(disk_dir, shm_dir):
@@ -40,11 +40,12 @@ def test_rerun_after_sigkill_completes_identically(disk_dir, shm_dir):
     journal = root / "work" / ".sea" / "journal.jsonl"
     proc = subprocess.Popen(demo(root, shm_dir), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
     deadline = time.monotonic() + 120
-    while done_count(journal) < 14 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # kill once a first chain's output is committed home, while the other chains still run
+    while count(journal, "committed") < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = done_count(journal)
+    killed_at = count(journal, "done")
     assert 0 < killed_at < 34, f"kill landed outside the run ({killed_at} nodes done)"
 
     rerun = subprocess.run(demo(root, shm_dir), capture_output=True, text=True, cwd=ROOT)
