@@ -34,6 +34,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             warnings.warn(f"SeaMultiProc is tested with nipype {'-'.join(nx_.TESTED_RANGE)}, not {nipype.__version__}", stacklevel=2)
         super().__init__(plugin_args=plugin_args)
         self.engine: SeaEngine | None = None
+        self._keys: dict[int, str] = {}
         self.home: Path | None = None
         self.report = None
 
@@ -64,9 +65,15 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     def _node_key(self, node) -> str:
         return self.engine.key_for(nx_.logical_dir(node))
 
+    def _job_key(self, jobid: int) -> str:
+        """Keys of ready jobs are asked for every round: remember them (job ids never change)."""
+        if jobid not in self._keys:
+            self._keys[jobid] = self._node_key(self.node_of(jobid))
+        return self._keys[jobid]
+
     # ------------------------------------------------------------------ events
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        by_key = {self._node_key(self.node_of(j)): j for j in jobids}
+        by_key = {self._job_key(j): j for j in jobids}
         ordered = []
         for key in self.engine.order(list(by_key)):
             jobid = by_key[key]
