@@ -30,6 +30,7 @@ A runnable example with real files::
     >>> report = engine.close(success=True)
     >>> (out / "x.txt").read_text(), (home / "wf/make").exists(), report.files_flushed
     ('hello', False, 1)
+    >>> import shutil; shutil.rmtree(home)
 """
 
 from __future__ import annotations
