@@ -17,6 +17,7 @@ from .estimate import SizeEstimator
 from .graph import WorkflowGraph
 from .model import Bandwidth, TierModel
 from .plan import Plan, describe, load_target, make_plan
+from .plot import plot_timeline
 from .probe import cached_probe
 from .report import RunReport
 from .sizes import format_size
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     report = sub.add_parser("report", help="print the end-of-run report of a run")
     report.add_argument("path", help="sea-report.json, or the base_dir that holds it")
     report.add_argument("--json", action="store_true", help="print the JSON as is")
+    report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib)")
     sub.add_parser("config-docs", help="print the configuration reference (docs/configuration.md) in Markdown")
     probe = sub.add_parser("probe", help="measure the read/write bandwidth of directories (cached per host)")
     probe.add_argument("paths", nargs="+")
@@ -59,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             path = path / "sea-report.json" if path.is_dir() else path
             if not path.is_file():
                 raise SeaConfigError(f"no report at {path}: give the sea-report.json of a run, or its base_dir")
-            print(path.read_text() if args.json else RunReport.from_json(path).to_text())
+            report = RunReport.from_json(path)
+            print(path.read_text() if args.json else report.to_text())
+            if args.plot:
+                plot_timeline(report, Path(args.plot))
+                print(f"tier usage over time: {args.plot}")
             return 0
         sys.stdout.write(config_reference())
         return 0

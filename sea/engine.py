@@ -58,6 +58,7 @@ from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
+MAX_SAMPLES = 4000  # points kept in the report's tier-usage timeline
 HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
@@ -336,6 +337,7 @@ class SeaEngine:
             inside = sum(self._nodes[k].size for k in node.parts) - sum(n.size for n in self._separate_parts(node))
             node.size = size - inside  # parts inside the directory were settled on their own
             self.hierarchy.settle(p.tier, p.reserved, node.size)
+            self._sample()
             self.estimator.learn(node.spec.kind, size, time.monotonic() - node.started if node.started else None)
             self.report.nodes_run += 1
             self.report.without_sea_bytes_home += size + sum(n.size for n in self._separate_parts(node))
@@ -471,6 +473,7 @@ class SeaEngine:
         if batch.errors:
             node.flush_failed = True
             self.report.flush_errors.extend(batch.errors)
+        self._sample()
         return node
 
     def _sink_committed(self, batch: FlushBatch) -> None:
@@ -527,6 +530,7 @@ class SeaEngine:
                 shutil.rmtree(p.staging_root, ignore_errors=True)
             self.hierarchy.release(p.tier, used=node.size)
         node.evicted = True
+        self._sample()
         if node.home_copy is None or not node.home_copy_complete:
             self.journal.write("evicted", key)
 
@@ -537,6 +541,13 @@ class SeaEngine:
         self.hierarchy.release(node.placement.tier, used=node.size)
 
     # ---------------------------------------------------------------- progress and end
+    def _sample(self) -> None:
+        """One point of the tier-usage timeline (bytes held per fast tier, stager queue)."""
+        timeline = self.report.timeline
+        timeline.append([round(time.monotonic() - self._start, 3), [t.used for t in self.hierarchy.fast_tiers], self.stager.queue_length])
+        if len(timeline) > MAX_SAMPLES:
+            del timeline[1:-1:2]  # halve the resolution, keep the first and last points
+
     def _progress(self, key: str) -> None:
         done = self.report.nodes_run + self.report.nodes_cached
         self.log.info("[Sea] %d/%d nodes done (%s), stager queue %d files", done, self.report.nodes_total, key, self.stager.queue_length)

@@ -39,6 +39,7 @@ class RunReport:
     without_sea_files_home: int = 0
     flush_errors: list[str] = field(default_factory=list)
     makespan_seconds: float = 0.0
+    timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,3 +34,15 @@ def test_check_with_home_lists_tiers(disk_dir, shm_dir):
 def test_report_command(disk_dir):
     result = sea("report", str(disk_dir))
     assert result.returncode == 2 and "no report at" in result.stderr
+
+
+def test_report_plot_draws_the_timeline(disk_dir, shm_dir):
+    from example_workflows.incrementation import build_workflow, make_chunks
+
+    make_chunks(disk_dir / "data", 2, 1)
+    wf = build_workflow(disk_dir / "data", 2, 2, disk_dir / "work", disk_dir / "out")
+    wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+    png = disk_dir / "timeline.png"
+    result = sea("report", str(disk_dir / "work"), "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
