@@ -88,3 +88,15 @@ def test_node_dirs_input_source_and_mapflow(tmp_path):
     assert ea.output_dir() == str(tmp_path / "elsewhere"), "Node.output_dir() no longer returns the cached _output_dir"
     hashed, value = ea.inputs.get_hashval(hash_method="timestamp")
     assert isinstance(hashed, list) and isinstance(value, str)
+
+
+def test_expanded_graph_matches_what_run_executes(tmp_path):
+    """sea plan rebuilds Workflow.run's execution graph from its private steps."""
+    wf = Workflow("wf", base_dir=str(tmp_path))
+    a = Node(Function(input_names=["x"], output_names=["y"], function=double), name="a")
+    a.iterables = ("x", [1, 2])
+    b = Node(Function(input_names=["x"], output_names=["y"], function=double), name="b")
+    wf.connect(a, "y", b, "x")
+    planned = {n.output_dir() for n in nx_.expanded_graph(wf).nodes()}
+    executed = {n.output_dir() for n in wf.run(plugin="Linear").nodes()}
+    assert planned == executed and len(planned) == 4
