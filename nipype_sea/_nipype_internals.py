@@ -160,6 +160,16 @@ def redirect_sink(node, staging: Path) -> None:
     node.inputs.base_directory = str(staging)
 
 
+def read_inputs_from(node, physical_dir) -> None:
+    """Point the node's ``input_source`` at its producers' real directories: on a busy shared
+    filesystem every path lookup through the home's links is a metadata round trip. Only where the
+    node reads its inputs changes; they are the same files, and nothing of it is hashed."""
+    for field, (result, out) in list(node.input_source.items()):
+        where = physical_dir(Path(result).parent)
+        if where is not None:
+            node.input_source[field] = (str(where / Path(result).name), out)
+
+
 # ------------------------------------------------------------------------- plugin hooks
 class EventedMultiProc(MultiProcPlugin):
     """MultiProc with its private hooks turned into events for an adapter.
@@ -179,6 +189,11 @@ class EventedMultiProc(MultiProcPlugin):
     # events (no-op defaults) ---------------------------------------------
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
         return jobids
+
+    def prepare_job(self, jobid: int) -> bool:
+        """About to run ``jobid`` (it fits the resources). Return True when the adapter knows nothing
+        of it can be cached (Nipype's own hash check, on the shared filesystem, is then skipped)."""
+        return False
 
     def prepare_node(self, node) -> None:
         """``node`` is the copy about to be sent to a worker process."""
@@ -227,6 +242,11 @@ class EventedMultiProc(MultiProcPlugin):
         super()._send_procs_to_workers(updatehash=updatehash, graph=graph)
         if not any(taskid in self._taskresult for taskid, _ in self.pending_tasks):
             self._wake.wait(self._poll_timeout if self.pending_tasks else 0.01)
+
+    def _local_hash_check(self, jobid, graph):
+        if self.prepare_job(jobid):
+            return False
+        return super()._local_hash_check(jobid, graph)
 
     def _sort_jobs(self, jobids, scheduler="tsort"):
         return self.order_ready_jobs(list(super()._sort_jobs(jobids, scheduler=scheduler)))

@@ -85,7 +85,23 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             ordered.append(jobid)
         return ordered
 
+    def prepare_job(self, jobid: int) -> bool:
+        key, node = self._job_key(jobid), self.node_of(jobid)
+        if not self.engine.is_fresh(key) or nx_.is_mapnode(node):
+            return False
+        placement = self.engine.place(key)
+        nx_.set_run_dir(node, placement.physical)  # Nipype's checks in this process look there too
+        nx_.read_inputs_from(node, self._physical_dir)
+        return True
+
+    def _physical_dir(self, logical: Path) -> Path | None:
+        try:
+            return self.engine.physical_dir(self.engine.key_for(logical))
+        except ValueError:
+            return None
+
     def prepare_node(self, node) -> None:
+        nx_.read_inputs_from(node, self._physical_dir)
         placement = self.engine.place(self._node_key(node))  # a MapNode's sub-node becomes a part of it
         nx_.set_run_dir(node, placement.physical)
         if placement.staging is not None:

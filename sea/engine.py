@@ -133,6 +133,8 @@ class SeaEngine:
         self._nodes: dict[str, _Node] = {}
         self._skip: set[str] = set()
         self._created_dirs: set[Path] = set()
+        self._known_dirs: set[Path] = set()  # directories of the home known to exist
+        self._fresh: set[str] = set()  # nodes with nothing in the home: their path needs no clearing
         self._wake = on_event or (lambda: None)
         self._lock = self.hierarchy.lock
         self._start = time.monotonic()
@@ -150,6 +152,7 @@ class SeaEngine:
         with self._lock:
             self.graph = graph
             self._skip = plan_skips(graph, self.journal, self.home)
+            present = self._entries_in_home(graph)
             for key, spec in graph.nodes.items():
                 self._nodes[key] = _Node(spec=spec, consumers_left=set(graph.consumers(key)))
                 logical = self.home / key
@@ -157,13 +160,48 @@ class SeaEngine:
                     continue
                 if self.journal.get(key) is not None:
                     # Sea's own leftovers from an earlier run of a node that must run again
-                    self._clear(logical)
+                    if key in present:
+                        self._clear(logical)
                     self.journal.write("forgotten", key)
-                elif logical.is_symlink():
+                elif present.get(key) == "link":
                     logical.unlink()  # a link into a tier of a run that was killed
+                elif key in present:
+                    continue  # a directory Sea did not make: the engine's own cache decides
+                self._fresh.add(key)
             self.report.nodes_total = len(graph)
         if self._skip:
             self.log.info("[Sea] %d of %d nodes are complete from an earlier run and will be skipped", len(self._skip), len(graph))
+
+    def _entries_in_home(self, graph: WorkflowGraph) -> dict[str, str]:
+        """What exists at each node's path in the home ("link" or "dir"), one listing per parent
+        directory: on a shared filesystem every metadata operation is a round trip to its server."""
+        found: dict[str, str] = {}
+        by_parent: dict[Path, list[str]] = {}
+        for key in graph.nodes:
+            by_parent.setdefault((self.home / key).parent, []).append(key)
+        for parent, keys in by_parent.items():
+            try:
+                entries = {e.name: e for e in os.scandir(parent)}
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            self._known_dirs.add(parent)
+            for key in keys:
+                entry = entries.get(Path(key).name)
+                if entry is not None:
+                    found[key] = "link" if entry.is_symlink() else "dir"
+        return found
+
+    def is_fresh(self, key: str) -> bool:
+        """Nothing of this node exists in the home: it must run, and no cache check can say otherwise."""
+        return key in self._fresh
+
+    def physical_dir(self, key: str) -> Path | None:
+        """Where a placed, not yet evicted node's directory really is (to read its results without
+        going through its link in the home)."""
+        node = self._nodes.get(key)
+        if node is None or node.placement is None or node.evicted:
+            return None
+        return node.placement.physical
 
     def _check_rules(self, graph: WorkflowGraph) -> None:
         probes = [f"{key}/{name}" for key in graph.nodes for name in _PROBE_NAMES]
@@ -238,7 +276,10 @@ class SeaEngine:
             estimate = self.estimator.estimate(node.spec.kind, sum(self._nodes[p].size for p in producers))
             tier = self.hierarchy.choose(estimate, exclude=node.tried)
             logical = self.home / key
-            self._clear(logical)
+            if key in self._fresh:
+                self._fresh.discard(key)  # known absent: no need to ask the shared filesystem
+            else:
+                self._clear(logical)
             self._makedirs(logical.parent)
             if owner is not None and tier is owner.placement.tier:
                 physical = logical.resolve()  # inside its owner's directory, no link needed
@@ -286,12 +327,14 @@ class SeaEngine:
 
     def _makedirs(self, path: Path) -> None:
         missing = []
-        while not path.exists():
+        while path not in self._known_dirs and not path.exists():
             missing.append(path)
             path = path.parent
         for p in reversed(missing):
             p.mkdir(exist_ok=True)
             self._created_dirs.add(p)
+        self._known_dirs.update(missing)
+        self._known_dirs.add(path)
 
     @staticmethod
     def _clear(logical: Path) -> None:
@@ -521,8 +564,7 @@ class SeaEngine:
         if p.tier.is_home:
             self._evict_home_dir(node)
         else:
-            if p.logical.is_symlink():
-                p.logical.unlink()
+            p.logical.unlink(missing_ok=True)  # the link Sea made
             if node.home_copy is not None:
                 os.rename(node.home_copy, p.logical)
             shutil.rmtree(p.physical, ignore_errors=True)
