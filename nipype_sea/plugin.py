@@ -81,17 +81,20 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
                 self.skip_job(jobid)
                 continue
             if nx_.is_mapnode(self.node_of(jobid)) and key in self.engine.graph:
+                nx_.read_inputs_from(self.node_of(jobid), self._physical_dir)  # read before the hash check
                 self.engine.place(key)  # its sub-nodes and report are written inside it
             ordered.append(jobid)
         return ordered
 
     def prepare_job(self, jobid: int) -> bool:
         key, node = self._job_key(jobid), self.node_of(jobid)
+        nx_.read_inputs_from(node, self._physical_dir)
         if not self.engine.is_fresh(key) or nx_.is_mapnode(node):
             return False
-        placement = self.engine.place(key)
-        nx_.set_run_dir(node, placement.physical)  # Nipype's checks in this process look there too
-        nx_.read_inputs_from(node, self._physical_dir)
+        # Nothing of it in the home: place it now, without a link there, and let Nipype's checks in
+        # this process look at its real directory; consumers are pointed there too.
+        placement = self.engine.place(key, link=False)
+        nx_.set_run_dir(node, placement.physical)
         return True
 
     def _physical_dir(self, logical: Path) -> Path | None:

@@ -261,11 +261,13 @@ class SeaEngine:
         return min(ranks, default=len(tiers))
 
     # ---------------------------------------------------------------- placement
-    def place(self, key: str) -> Placement:
+    def place(self, key: str, link: bool = True) -> Placement:
         """Create the node's directory on the fastest tier with room; link it from the home.
 
         ``key`` may also name a directory inside a placed node (a MapNode's sub-node): it becomes a
-        part of that node, placed on its own, evicted with it.
+        part of that node, placed on its own, evicted with it. ``link=False`` when the adapter points
+        everything that would read the node's directory at its real place: then the shared
+        filesystem sees nothing of the node at all.
         """
         with self._lock:
             node = self._nodes.get(key) or self._add_part(key)
@@ -280,7 +282,9 @@ class SeaEngine:
                 self._fresh.discard(key)  # known absent: no need to ask the shared filesystem
             else:
                 self._clear(logical)
-            self._makedirs(logical.parent)
+            link = link or owner is not None or tier.is_home
+            if link:
+                self._makedirs(logical.parent)
             if owner is not None and tier is owner.placement.tier:
                 physical = logical.resolve()  # inside its owner's directory, no link needed
                 physical.mkdir(parents=True, exist_ok=True)
@@ -289,7 +293,9 @@ class SeaEngine:
             else:
                 physical = (tier.workdir / key) if not tier.is_home else (self.home / ".sea" / "parts" / key)
                 physical.mkdir(parents=True, exist_ok=True)
-                os.symlink(physical, logical, target_is_directory=True)
+                if link:
+                    os.symlink(physical, logical, target_is_directory=True)
+                    self.report.files_created_home += 1
             node.placement = Placement(key, logical, physical, tier, estimate)
             node.state = State.RUNNING
             node.started = time.monotonic()
@@ -388,8 +394,6 @@ class SeaEngine:
             if p.tier.is_home:
                 self.report.files_created_home += files
                 self.report.bytes_written_home += size
-            else:
-                self.report.files_created_home += 1  # the link in the home
             self.journal.write("done", key, chain=self.graph.chain(key))
             self._schedule_flushes(node)
             self._release_producers(key)
