@@ -28,3 +28,16 @@ def test_benchmark_smoke_writes_the_table(tmp_path):
     assert "ratio vs MultiProc" in text
     assert "SeaMultiProc/MultiProc = " in text
     assert (tmp_path / "incrementation-smoke.json").is_file()
+
+
+def test_busy_benchmark_smoke_runs_every_configuration(tmp_path):
+    """The busy-shared-filesystem benchmark at smoke size, one repetition: it runs every
+    configuration on a real throttled FUSE mount and checks outputs; it asserts nothing about speed."""
+    command = [sys.executable, "-m", "benchmarks.busy", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    text = (tmp_path / "busy-incrementation-smoke.md").read_text()
+    for key in ("A2 ", "A ", "B ", "C ", "C' ", "T ", "L limit"):
+        assert f"| {key}" in text
+    assert (tmp_path / "busy-incrementation-smoke.png").read_bytes()[:4] == b"\x89PNG"
+    assert "/var/tmp/busy-bench-" not in Path("/proc/mounts").read_text()
