@@ -102,7 +102,6 @@ class Stager:
         self._backoff = backoff
         self._idle = threading.Condition()
         self._in_flight = 0
-        self.queued_bytes = 0
 
     @property
     def queue_length(self) -> int:
