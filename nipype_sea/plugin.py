@@ -52,7 +52,12 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if nx_.forget_stale_links(graph, home):
             logger.warning("[Sea] links left in %s by a killed run were removed; their nodes run again", home)
         self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake)
-        self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
+        try:
+            self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
+        except BaseException:
+            self.engine.abort()  # leave no private directory behind on the tiers
+            self.shutdown_pool()
+            raise
         success = False
         try:
             result = super().run(graph, config, updatehash=updatehash)

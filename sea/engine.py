@@ -645,6 +645,15 @@ class SeaEngine:
             )
         return self.report
 
+    def abort(self) -> None:
+        """Undo a start that failed before any node ran (e.g. a rule the graph cannot match)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stager.close()
+        self.journal.close()
+        self.hierarchy.close()
+
     def _prune_created_dirs(self) -> None:
         for path in sorted(self._created_dirs, key=lambda p: len(p.parts), reverse=True):
             try:

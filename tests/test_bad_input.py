@@ -11,6 +11,7 @@ import pytest
 from sea import SeaConfig, SeaConfigError
 from sea.tiers import StorageHierarchy
 
+from conftest import sea_private_dirs
 from nipype_workflows import build_full, make_subjects, run
 
 
@@ -143,15 +144,17 @@ def small_dataset(disk_dir):
         ({"tierz": 1}, ["unknown key"]),
     ],
 )
-def test_bad_input_stops_the_workflow_before_any_node_runs(small_dataset, disk_dir, sea, words):
+def test_bad_input_stops_the_workflow_before_any_node_runs(small_dataset, disk_dir, shm_dir, sea, words):
     data, subjects = small_dataset
     home, out = disk_dir / "work", disk_dir / "out"
+    sea = {k: ([{"path": str(shm_dir)}] if v == [{"path": "/dev/shm"}] else v) for k, v in sea.items()}
     with pytest.raises(SeaConfigError) as info:
         run(build_full(data, subjects, home, out), "SeaMultiProc", sea)
     message = one_line(info.value)
     assert all(w in message for w in words)
     assert not out.exists()
     assert not list(home.glob("study/**/result_*.pklz")) if home.exists() else True
+    assert sea_private_dirs(shm_dir) == [], "a refused start left Sea's private directory on the tier"
 
 
 def test_rule_that_may_match_at_run_time_only_warns(small_dataset, disk_dir, shm_dir, caplog):
