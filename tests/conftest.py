@@ -75,29 +75,3 @@ def _run_in_tmp(tmp_path, monkeypatch):
     """Nipype writes crash files (and, without base_dir, reports) to the working directory."""
     monkeypatch.chdir(tmp_path)
 
-
-@pytest.fixture
-def slowfs_factory():
-    """Mount throttled FUSE filesystems (benchmarks.slowfs) under /var/tmp; all unmounted at the end."""
-    from benchmarks.slowfs import SlowFS, Throttle
-
-    with contextlib.ExitStack() as stack:
-        roots = []
-
-        def make(**throttle) -> SlowFS:
-            root = Path(tempfile.mkdtemp(prefix="sea-test-slowfs-", dir="/var/tmp"))
-            roots.append(root)
-            return stack.enter_context(SlowFS(root / "backing", root / "mnt", Throttle(**throttle)))
-
-        try:
-            yield make
-        finally:
-            stack.close()
-            for root in roots:
-                shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def busy_shared_fs(slowfs_factory):
-    """A busy shared filesystem: 30 MB/s write, 200 MB/s read, 5 ms per metadata operation."""
-    return slowfs_factory(write_mbps=30, read_mbps=200, meta_latency_ms=5)
