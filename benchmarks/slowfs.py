@@ -14,7 +14,11 @@ Why each part exists:
 * Metadata latency (``--meta-latency-ms``): a fixed sleep in every namespace operation (lookup and
   getattr, readdir, open, create, mkdir, rmdir, unlink, rename, (sym)link, readlink, chmod, chown,
   utimens): Lustre's metadata server, which makes many small files slow even when bandwidth is fine.
-  The kernel caches no attribute or entry (timeouts 0), so every ``stat`` reaches the "server".
+  The kernel caches no attribute (``attr_timeout=0``), so every ``stat`` reaches the "server", but it
+  keeps the names it has looked up (``entry_timeout=60``), as a Lustre client keeps its dentries under
+  the metadata server's locks: one ``stat`` is one metadata operation, not one per path component
+  (measured: ``stat`` 5.5 ms, ``realpath`` of a 4-deep path 29 ms; with entry caching off they were
+  27.7 ms and 82 ms, which charged path depth, not metadata traffic). Failed lookups are not cached.
 * Busy writers (``--busy-share S``): a background thread books the share S of both buckets as time
   passes (S * rate * elapsed bytes, every 50 ms): other users' jobs keep that share of the link busy,
   so ours get the rest, 1 - S. It books but never waits, so it takes exactly its share, no more.
@@ -422,7 +426,7 @@ def serve(
             use_ino=True,
             allow_other=True,
             attr_timeout=0,
-            entry_timeout=0,
+            entry_timeout=60,
             negative_timeout=0,
         )
     except RuntimeError as exc:
