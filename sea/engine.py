@@ -51,7 +51,7 @@ from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
 from .ordering import order_ready
-from .report import RunReport, TierReport
+from .report import RunReport, TierReport, peak_concurrent_bytes
 from .resume import plan_skips
 from .sizes import format_size
 from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
@@ -106,6 +106,7 @@ class _Node:
     evicted: bool = False
     tried: set[str] = field(default_factory=set)
     started: float = 0.0
+    finished: float = 0.0
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
 
@@ -380,6 +381,7 @@ class SeaEngine:
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
                 p = node.placement = Placement(key, self.home / key, self.home / key, self.hierarchy.home, 0)
             node.state = State.FINISHED
+            node.finished = time.monotonic()
             size, files = disk_usage(p.physical)
             if p.staging_root is not None:
                 size += disk_usage(p.staging_root)[0]
@@ -587,6 +589,20 @@ class SeaEngine:
         self.hierarchy.release(node.placement.tier, used=node.size)
 
     # ---------------------------------------------------------------- progress and end
+    def _live_working_set_peak(self) -> int:
+        """The most bytes that ever had to exist at once: a node's files from its start until it and
+        every consumer finished. What a perfect placement would hold; the tiers' peak is compared to it."""
+        end = time.monotonic()
+        intervals = []
+        for key, node in self._nodes.items():
+            if node.part_of is not None or node.state is not State.FINISHED or not node.started:
+                continue
+            size = node.size + sum(self._nodes[k].size for k in node.parts)
+            consumers = [self._nodes[c] for c in self.graph.consumers(key)]
+            last = max([node.finished] + [c.finished if c.state is State.FINISHED else end for c in consumers])
+            intervals.append((node.started, last, size))
+        return peak_concurrent_bytes(intervals)
+
     def _sample(self) -> None:
         """One point of the tier-usage timeline (bytes held per fast tier, stager queue)."""
         timeline = self.report.timeline
@@ -626,6 +642,7 @@ class SeaEngine:
         self._prune_created_dirs()
         self.report.success = success and not self.report.flush_errors
         self.report.makespan_seconds = time.monotonic() - self._start
+        self.report.live_peak_bytes = self._live_working_set_peak()
         self.report.tiers = [
             TierReport(t.name, str(t.root), t.stats.peak_bytes, t.stats.bytes_written, t.stats.nodes_placed, t.stats.spills, t.stats.bytes_evicted)
             for t in self.hierarchy.all

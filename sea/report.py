@@ -9,6 +9,20 @@ from pathlib import Path
 from .sizes import format_size
 
 
+def peak_concurrent_bytes(intervals: list[tuple[float, float, int]]) -> int:
+    """The largest total of ``size`` over ``(start, end, size)`` intervals alive at one instant.
+
+    >>> peak_concurrent_bytes([(0, 2, 10), (1, 3, 5), (2.5, 4, 7)])
+    15
+    """
+    events = sorted([(start, size) for start, _, size in intervals] + [(end, -size) for _, end, size in intervals])
+    peak = live = 0
+    for _, change in events:  # at equal times ends (negative) sort first: a handover is not an overlap
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
 @dataclass
 class TierReport:
     name: str
@@ -37,6 +51,7 @@ class RunReport:
     bytes_written_home: int = 0
     without_sea_bytes_home: int = 0
     without_sea_files_home: int = 0
+    live_peak_bytes: int = 0  # the live working set's peak: see peak_concurrent_bytes
     flush_errors: list[str] = field(default_factory=list)
     makespan_seconds: float = 0.0
     timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
@@ -67,6 +82,7 @@ class RunReport:
                 f"{format_size(t.bytes_evicted):>10} {t.nodes_placed:>6} {t.spills:>6}"
             )
         lines += [
+            f"  live working set (files some unfinished node still needs) peaked at {format_size(self.live_peak_bytes)}",
             f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files; "
             f"evicted: {format_size(self.bytes_evicted)}; waited on the stager: {self.stager_wait_seconds:.2f} s",
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "

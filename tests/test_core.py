@@ -149,3 +149,16 @@ def test_flush_failure_keeps_the_fast_copy_and_says_where(disk_dir, shm_dir):
     assert "could not be committed" in message and str(out) in message and str(shm_dir) in message
     kept = [p for p in shm_dir.rglob("data.bin")]
     assert kept, "the only copy of an output was evicted"
+
+
+def test_live_working_set_of_a_chain_is_a_producer_and_its_consumer(disk_dir, shm_dir):
+    """Sequential chain of 1 MiB nodes: at most two outputs are needed at once (the one being read
+    and the one being written), and eviction keeps the tier's peak at that."""
+    home = disk_dir / "home"
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    specs = chain_specs(6, disk_dir / "out")
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    run_chain(engine, [s.key for s in specs])
+    report = engine.close()
+    assert 2 * 2**20 <= report.live_peak_bytes < 3 * 2**20
+    assert report.tiers[0].peak_bytes <= 1.2 * report.live_peak_bytes
