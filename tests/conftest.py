@@ -74,4 +74,3 @@ def sea_private_dirs(*tier_roots: Path) -> list[Path]:
 def _run_in_tmp(tmp_path, monkeypatch):
     """Nipype writes crash files (and, without base_dir, reports) to the working directory."""
     monkeypatch.chdir(tmp_path)
-

@@ -132,7 +132,9 @@ def build_full(data_dir: Path, subjects: list[str], base_dir: Path, out_dir: Pat
     sc.inputs.factor = [2, 3]
     join = JoinNode(
         Function(input_names=["in_files"], output_names=["out_file"], function=mean_image),
-        joinsource="subjects", joinfield=["in_files"], name="group_mean",
+        joinsource="subjects",
+        joinfield=["in_files"],
+        name="group_mean",
     )
     sink = Node(DataSink(base_directory=str(out_dir)), name="sink")
     sink.inputs.substitutions = [("smoothed", "desc-smooth_bold")]

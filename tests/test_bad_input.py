@@ -139,7 +139,10 @@ def small_dataset(disk_dir):
     "sea, words",
     [
         ({"tiers": [{"path": "/no/such/dir"}]}, ["does not exist"]),
-        ({"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "nowhere/at/all/*.nii", "mode": "copy"}]}, ["matches no path this workflow can produce"]),
+        (
+            {"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "nowhere/at/all/*.nii", "mode": "copy"}]},
+            ["matches no path this workflow can produce"],
+        ),
         ({"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "re:^elsewhere/.*", "mode": "move"}]}, ["matches no path"]),
         ({"tierz": 1}, ["unknown key"]),
     ],

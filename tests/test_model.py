@@ -44,7 +44,9 @@ def test_small_tier_spills_to_the_next():
 
 
 def test_predictions_order_shared_sea_and_bounds():
-    w = Workload(input_bytes=8 * 32e6, intermediate_bytes=40 * 32e6, output_bytes=8 * 32e6, last_output_bytes=32e6, compute_seconds=4.8, processes=2)
+    w = Workload(
+        input_bytes=8 * 32e6, intermediate_bytes=40 * 32e6, output_bytes=8 * 32e6, last_output_bytes=32e6, compute_seconds=4.8, processes=2
+    )
     a = predict_shared(w, BUSY)
     c = predict_sea(w, [TierModel("tmpfs", INF, TMPFS)], BUSY, live_peak=4 * 32e6)
     assert a.lower <= a.upper and c.lower <= c.upper
@@ -61,9 +63,16 @@ def test_sea_plan_on_the_example(disk_dir):
     before = subprocess.run([sys.executable, "-m", "sea.cli", "plan", target, "--n-procs", "2"], capture_output=True, text=True, env=env)
     assert before.returncode == 0, before.stderr[-2000:]
     assert "not known yet" in before.stdout and not (disk_dir / "demo" / "work").exists(), "plan must not run anything"
-    run = subprocess.run([sys.executable, "-m", "example_workflows.incrementation", "--root", str(disk_dir / "demo")], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "example_workflows.incrementation", "--root", str(disk_dir / "demo")], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr[-2000:]
-    after = subprocess.run([sys.executable, "-m", "sea.cli", "plan", target, "--n-procs", "2", "--shared-write-mbps", "30"], capture_output=True, text=True, env=env)
+    after = subprocess.run(
+        [sys.executable, "-m", "sea.cli", "plan", target, "--n-procs", "2", "--shared-write-mbps", "30"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert after.returncode == 0, after.stderr[-2000:]
     assert "20 nodes; sizes learned from the last run" in after.stdout
     assert "increment_1" in after.stdout and "makespan, Sea:" in after.stdout

@@ -166,9 +166,21 @@ def test_stop_on_first_crash(dataset, disk_dir, shm_dir):
 def test_report_json_has_the_issue_fields(dataset, disk_dir, shm_dir):
     data, subjects = dataset
     home = disk_dir / "work"
-    run(build_full(data, subjects, home, disk_dir / "out"), "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "report": "reports/run.json"})
+    run(
+        build_full(data, subjects, home, disk_dir / "out"),
+        "SeaMultiProc",
+        {"tiers": [{"path": str(shm_dir)}], "report": "reports/run.json"},
+    )
     fields = json.loads((home / "reports" / "run.json").read_text())
-    for key in ("tiers", "bytes_flushed", "files_flushed", "bytes_evicted", "stager_wait_seconds", "files_created_home", "without_sea_bytes_home"):
+    for key in (
+        "tiers",
+        "bytes_flushed",
+        "files_flushed",
+        "bytes_evicted",
+        "stager_wait_seconds",
+        "files_created_home",
+        "without_sea_bytes_home",
+    ):
         assert key in fields
     assert {"peak_bytes", "bytes_written", "nodes_placed", "spills"} <= set(fields["tiers"][0])
 

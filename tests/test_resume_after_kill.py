@@ -21,8 +21,21 @@ ROOT = Path(__file__).parents[1]
 def demo(root: Path, tier: Path) -> list[str]:
     root.mkdir(parents=True, exist_ok=True)
     (root / "sea.yml").write_text(f"tiers:\n  - path: {tier}\n")
-    return [sys.executable, "-m", "example_workflows.incrementation", "--root", str(root), "--chunks", "6",
-            "--chunk-mib", "4", "--iterations", "4", "--sea", str(root / "sea.yml")]
+    return [
+        sys.executable,
+        "-m",
+        "example_workflows.incrementation",
+        "--root",
+        str(root),
+        "--chunks",
+        "6",
+        "--chunk-mib",
+        "4",
+        "--iterations",
+        "4",
+        "--sea",
+        str(root / "sea.yml"),
+    ]
 
 
 def count(journal: Path, event: str) -> int:

@@ -1,0 +1,131 @@
+"""What the benchmark measures: sizes, workloads, shared-filesystem throttles and configurations.
+
+Plain data, shared by the orchestrating process (``benchmarks.run``), the worker process that runs
+one configuration once, and the tables (``benchmarks.tables``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SHARED_PARENT = Path("/var/tmp")  # the shared filesystem's backing disk (throttled by slowfs, or as is)
+TMPFS_PARENT = Path("/dev/shm")  # node-local fast storage
+PROCESSES = 2  # n_procs of every configuration
+TUNED_POLL = 0.05  # seconds; Nipype's default is 2 s
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    units: int  # chunks (incrementation) or subjects (filtering)
+    unit_mib: float  # one chunk, or one subject's 4D image
+    iterations: int  # incrementation's chain length (filtering always has 3 steps)
+    timeout_seconds: float  # per run: a hung worker must not hang the benchmark
+
+
+SIZES = {
+    "smoke": Size("smoke", units=2, unit_mib=4, iterations=2, timeout_seconds=300),
+    "full": Size("full", units=8, unit_mib=32, iterations=5, timeout_seconds=1800),
+}
+WORKLOADS = ("incrementation", "filtering")
+
+
+def steps(workload: str, size: Size) -> int:
+    """Nodes per chain that write a unit-sized file (the declared output is the last one's)."""
+    return size.iterations if workload == "incrementation" else 3
+
+
+def describe_workload(workload: str, size: Size) -> str:
+    if workload == "incrementation":
+        return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
+    return f"filtering, {size.units} subjects x {size.unit_mib:g} MiB 4D image, smooth + band-pass + z-score"
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """How busy the shared filesystem is: ``None`` rates mean the bare disk, no FUSE at all."""
+
+    name: str
+    write_mbps: float | None = None
+    read_mbps: float | None = None
+    meta_latency_ms: float = 0.0
+
+    @property
+    def throttled(self) -> bool:
+        return self.write_mbps is not None
+
+    def describe(self) -> str:
+        if not self.throttled:
+            return f"the bare local disk under {SHARED_PARENT} (no FUSE, no throttle; the page cache absorbs writes)"
+        return (
+            f"benchmarks.slowfs over {SHARED_PARENT}: {self.write_mbps:g} MB/s write, {self.read_mbps:g} MB/s read, "
+            f"{self.meta_latency_ms:g} ms per metadata operation, one bucket for all processes"
+        )
+
+
+THROTTLES = {
+    "busy": Throttle("busy", write_mbps=30, read_mbps=200, meta_latency_ms=5),
+    "unloaded": Throttle("unloaded"),
+}
+
+
+@dataclass(frozen=True)
+class Configuration:
+    key: str
+    name: str
+    plugin: str
+    poll: float = TUNED_POLL
+    work_on_tmpfs: bool = False  # base_dir on /dev/shm instead of the shared filesystem
+    out_on_tmpfs: bool = False  # the DataSink directory too
+    sea: str | None = None  # "tiers": the node-local tiers; "fast": a tmpfs of its own; None: no Sea
+    keep_intermediates: bool = False
+
+    @property
+    def file_key(self) -> str:
+        return self.key.replace("'", "p")
+
+
+CONFIGURATIONS = (
+    Configuration("A2", "MultiProc, default 2 s poll", "MultiProc", poll=2.0),
+    Configuration("A", "MultiProc, tuned 0.05 s poll", "MultiProc"),
+    Configuration("B", "MultiProc, work dir on tmpfs by hand", "MultiProc", work_on_tmpfs=True),
+    Configuration("C", "SeaMultiProc", "SeaMultiProc", sea="tiers"),
+    Configuration("C'", "SeaMultiProc, keep_intermediates", "SeaMultiProc", sea="tiers", keep_intermediates=True),
+    Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
+    Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
+)
+BY_KEY = {c.key: c for c in CONFIGURATIONS}
+
+
+def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:
+    """Sea's tiers for a run: /dev/shm, then the local disk when the home is not on that disk
+    (Sea refuses a tier on the home's filesystem); for S, a tmpfs mounted for the benchmark,
+    since its home is on /dev/shm."""
+    if config.sea == "fast":
+        return [{"path": str(fast_tmpfs)}]
+    tiers = [{"path": str(TMPFS_PARENT)}]
+    if throttle.throttled:
+        tiers.append({"path": str(SHARED_PARENT)})
+    return tiers
+
+
+def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path):
+    if workload == "incrementation":
+        from example_workflows.incrementation import build_workflow
+
+        return build_workflow(data, size.units, size.iterations, work, out)
+    from example_workflows.filtering import build_workflow
+
+    return build_workflow(data, size.units, work, out)
+
+
+def make_inputs(workload: str, size: Size, data: Path) -> None:
+    if workload == "incrementation":
+        from example_workflows.incrementation import make_chunks
+
+        make_chunks(data, size.units, size.unit_mib)
+    else:
+        from example_workflows.filtering import make_images
+
+        make_images(data, size.units, size.unit_mib)
