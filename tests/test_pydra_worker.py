@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("pydra", reason="Pydra 1.0 needs Python >= 3.11")
+pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
 
 from pydra.compose import python, workflow  # noqa: E402
 from pydra.engine.submitter import Submitter  # noqa: E402
