@@ -64,3 +64,18 @@ def test_a_bad_config_fails_in_the_submitter_before_any_task(tmp_path):
         Submitter(worker="sea", cache_root=tmp_path, sea={"tiers": "/dev/shm"})
     assert "\n" not in str(error.value)
     assert not any(tmp_path.iterdir()), "a task ran or wrote something"
+
+
+def test_a_tier_that_does_not_exist_fails_before_any_task(tmp_path):
+    with Submitter(worker="sea", cache_root=tmp_path / "home", sea={"tiers": [{"path": str(tmp_path / "nowhere")}]}) as sub:
+        with pytest.raises(SeaConfigError, match="does not exist") as error:
+            sub(Chain(x=3))
+    assert "\n" not in str(error.value)
+    assert not [p for p in (tmp_path / "home").iterdir() if p.name.startswith("python-")], "a task ran"
+
+
+def test_the_tiers_private_directories_live_for_the_run(tmp_path, shm_dir):
+    with Submitter(worker="sea", cache_root=tmp_path / "home", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        assert sub(Chain(x=3)).outputs.out == 6
+        assert len(list(shm_dir.glob("sea-*"))) == 1, "the run's private directory on the tier"
+    assert not list(shm_dir.glob("sea-*")), "left behind after the Submitter closed"
