@@ -107,6 +107,7 @@ class _Node:
     tried: set[str] = field(default_factory=set)
     started: float = 0.0
     finished: float = 0.0
+    open_ended: bool = False  # more consumers may still be added (see SeaEngine.add_nodes)
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
 
@@ -153,32 +154,64 @@ class SeaEngine:
         with self._lock:
             self.graph = graph
             self._skip = plan_skips(graph, self.journal, self.home)
-            present = self._entries_in_home(graph)
-            for key, spec in graph.nodes.items():
-                self._nodes[key] = _Node(spec=spec, consumers_left=set(graph.consumers(key)))
-                logical = self.home / key
-                if key in self._skip:
-                    continue
-                if self.journal.get(key) is not None:
-                    # Sea's own leftovers from an earlier run of a node that must run again
-                    if key in present:
-                        self._clear(logical)
-                    self.journal.write("forgotten", key)
-                elif present.get(key) == "link":
-                    logical.unlink()  # a link into a tier of a run that was killed
-                elif key in present:
-                    continue  # a directory Sea did not make: the engine's own cache decides
-                self._fresh.add(key)
+            self._admit(list(graph.nodes))
             self.report.nodes_total = len(graph)
         if self._skip:
             self.log.info("[Sea] %d of %d nodes are complete from an earlier run and will be skipped", len(self._skip), len(graph))
 
-    def _entries_in_home(self, graph: WorkflowGraph) -> dict[str, str]:
+    def add_nodes(self, specs: list[NodeSpec], open_ended: bool = False) -> None:
+        """Nodes the engine created after the run started (Pydra makes a job once its inputs are
+        known). Their producers must be in the graph and not evicted yet. ``open_ended``: more
+        consumers of these nodes may still be added, so they are not evicted until :meth:`seal`.
+        Resume plans are made by :meth:`update_graph` only; added nodes rely on the engine's cache."""
+        with self._lock:
+            for spec in specs:
+                for producer, _label in spec.upstream:
+                    node = self._nodes.get(producer)
+                    if node is not None and node.evicted:
+                        raise RuntimeError(f"{spec.key!r} reads {producer!r}, which was evicted already; add consumers before sealing their producers")
+            self.graph.add(specs)
+            keys = [spec.key for spec in specs]
+            self._admit(keys)
+            for key in keys:
+                self._nodes[key].open_ended = open_ended
+                for producer in self.graph.producers(key):
+                    self._nodes[producer].consumers_left.add(key)
+            self.report.nodes_total = len(self.graph)
+
+    def seal(self, keys: list[str]) -> None:
+        """No more consumers of ``keys`` will be added: they may be evicted once those known finished."""
+        with self._lock:
+            for key in keys:
+                self._nodes[key].open_ended = False
+                self._maybe_evict(key)
+
+    def _admit(self, keys: list[str]) -> None:
+        """Track new nodes; clear Sea's own leftovers at their paths; note those known absent."""
+        present = self._entries_in_home(keys)
+        for key in keys:
+            spec = self.graph.nodes[key]
+            self._nodes[key] = _Node(spec=spec, consumers_left=set(self.graph.consumers(key)))
+            logical = self.home / key
+            if key in self._skip:
+                continue
+            if self.journal.get(key) is not None:
+                # Sea's own leftovers from an earlier run of a node that must run again
+                if key in present:
+                    self._clear(logical)
+                self.journal.write("forgotten", key)
+            elif present.get(key) == "link":
+                logical.unlink()  # a link into a tier of a run that was killed
+            elif key in present:
+                continue  # a directory Sea did not make: the engine's own cache decides
+            self._fresh.add(key)
+
+    def _entries_in_home(self, keys: list[str]) -> dict[str, str]:
         """What exists at each node's path in the home ("link" or "dir"), one listing per parent
         directory: on a shared filesystem every metadata operation is a round trip to its server."""
         found: dict[str, str] = {}
         by_parent: dict[Path, list[str]] = {}
-        for key in graph.nodes:
+        for key in keys:
             by_parent.setdefault((self.home / key).parent, []).append(key)
         for parent, keys in by_parent.items():
             try:
@@ -551,6 +584,7 @@ class SeaEngine:
             or node.keep
             or node.state is not State.FINISHED
             or node.consumers_left
+            or node.open_ended
             or node.flushes_pending
             or node.flush_failed
         ):

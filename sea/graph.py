@@ -39,32 +39,45 @@ class WorkflowGraph:
 
     nodes: dict[str, NodeSpec] = field(default_factory=dict)
     dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    _order: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _depth: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _chain: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def from_specs(cls, specs: Iterable[NodeSpec]) -> WorkflowGraph:
-        graph = cls()
+        return cls().add(specs)
+
+    def add(self, specs: Iterable[NodeSpec]) -> WorkflowGraph:
+        """Add nodes whose producers are already in the graph or among ``specs`` (an engine such as
+        Pydra creates its jobs as their inputs become known). Nodes already in the graph keep their
+        order, depth and chain hash: an edge is only ever added towards a new node."""
+        new = {}
         for spec in specs:
-            if spec.key in graph.nodes:
+            if spec.key in self.nodes or spec.key in new:
                 raise ValueError(f"two nodes share the directory {spec.key!r}")
-            graph.nodes[spec.key] = spec
-            graph.dag.add_node(spec.key)
-        for spec in graph.nodes.values():
+            new[spec.key] = spec
+        sub = nx.DiGraph()
+        sub.add_nodes_from(new)
+        for spec in new.values():
             for producer, _label in spec.upstream:
-                if producer in graph.nodes:
-                    graph.dag.add_edge(producer, spec.key)
-        if not nx.is_directed_acyclic_graph(graph.dag):
+                if producer in new:
+                    sub.add_edge(producer, spec.key)
+        if not nx.is_directed_acyclic_graph(sub):
             raise ValueError("the workflow graph has a cycle")
-        graph._order = {k: i for i, k in enumerate(nx.topological_sort(graph.dag))}
-        graph._depth = {}
-        graph._chain = {}
-        for key in sorted(graph._order, key=graph._order.get):
-            preds = list(graph.dag.predecessors(key))
-            graph._depth[key] = 1 + max((graph._depth[p] for p in preds), default=-1)
-            spec = graph.nodes[key]
+        for key in nx.topological_sort(sub):
+            spec = new[key]
+            self.nodes[key] = spec
+            self.dag.add_node(key)
+            for producer, _label in spec.upstream:
+                if producer in self.nodes:
+                    self.dag.add_edge(producer, key)
+            preds = list(self.dag.predecessors(key))
+            self._order[key] = len(self._order)
+            self._depth[key] = 1 + max((self._depth[p] for p in preds), default=-1)
             parts = [spec.kind, spec.signature]
-            parts += sorted(f"{label}<-{graph._chain.get(p, p)}" for p, label in spec.upstream)
-            graph._chain[key] = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-        return graph
+            parts += sorted(f"{label}<-{self._chain.get(p, p)}" for p, label in spec.upstream)
+            self._chain[key] = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+        return self
 
     def __len__(self) -> int:
         return len(self.nodes)

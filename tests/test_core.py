@@ -162,3 +162,36 @@ def test_live_working_set_of_a_chain_is_a_producer_and_its_consumer(disk_dir, sh
     report = engine.close()
     assert 2 * 2**20 <= report.live_peak_bytes < 3 * 2**20
     assert report.tiers[0].peak_bytes <= 1.2 * report.live_peak_bytes
+
+
+def test_a_graph_built_in_steps_equals_the_graph_built_at_once():
+    specs = chain_specs(4, Path("/out"))
+    whole = WorkflowGraph.from_specs(specs)
+    steps = WorkflowGraph.from_specs(specs[:2]).add(specs[2:3]).add(specs[3:])
+    assert [steps.chain(s.key) for s in specs] == [whole.chain(s.key) for s in specs]
+    assert [steps.depth(s.key) for s in specs] == [whole.depth(s.key) for s in specs]
+    with pytest.raises(ValueError, match="share"):
+        steps.add([specs[0]])
+
+
+def test_nodes_added_during_the_run_are_evicted_only_once_sealed(disk_dir, shm_dir):
+    """Pydra creates a job when its inputs are known: the producer must outlive consumers that do
+    not exist yet, until the adapter says none will come (seal)."""
+    home = disk_dir / "home"
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    engine.update_graph(WorkflowGraph())
+    engine.add_nodes([NodeSpec("a")], open_ended=True)
+    run_chain(engine, ["a"])
+    physical = engine.physical_dir("a")
+    assert physical is not None and physical.is_dir(), "evicted while consumers may still be added"
+    engine.add_nodes([NodeSpec("b", upstream=(("a", "x"),))], open_ended=True)
+    engine.seal(["a"])
+    assert physical.is_dir(), "evicted before its consumer b finished"
+    run_chain(engine, ["b"])
+    assert not physical.exists(), "a should be evicted once b finished and a was sealed"
+    with pytest.raises(RuntimeError, match="evicted already"):
+        engine.add_nodes([NodeSpec("c", upstream=(("a", "x"),))])
+    engine.seal(["b"])
+    report = engine.close()
+    assert report.nodes_total == 2 and report.nodes_run == 2
+    assert not any(shm_dir.iterdir()), "tier not empty at the end"
