@@ -1,13 +1,13 @@
-"""pydra_sea, first step: the worker is found by name and runs workflows as Pydra's cf worker does.
-
-Placement on the tiers, staging and eviction through the core are not in this step (issue 5).
-"""
+"""SeaWorker on real Pydra workflows: found by name, same configuration and errors, task directories
+on the tiers, outputs identical to Pydra's cf worker."""
 
 from __future__ import annotations
 
+import filecmp
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +18,9 @@ from pydra.engine.submitter import Submitter  # noqa: E402
 
 from pydra_sea import SeaWorker  # noqa: E402
 from sea import SeaConfigError  # noqa: E402
+from sea.report import RunReport  # noqa: E402
+
+from pydra_workflows import Study, make_images  # noqa: E402
 
 
 @python.define
@@ -74,8 +77,32 @@ def test_a_tier_that_does_not_exist_fails_before_any_task(tmp_path):
     assert not [p for p in (tmp_path / "home").iterdir() if p.name.startswith("python-")], "a task ran"
 
 
-def test_the_tiers_private_directories_live_for_the_run(tmp_path, shm_dir):
-    with Submitter(worker="sea", cache_root=tmp_path / "home", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
-        assert sub(Chain(x=3)).outputs.out == 6
-        assert len(list(shm_dir.glob("sea-*"))) == 1, "the run's private directory on the tier"
-    assert not list(shm_dir.glob("sea-*")), "left behind after the Submitter closed"
+def _files(outputs) -> list[Path]:
+    return [Path(outputs.mean)] + [Path(f) for f in outputs.copies]
+
+
+def test_study_on_the_tiers_matches_cf_and_leaves_only_outputs_home(tmp_path, shm_dir):
+    """Python tasks with nibabel, a shell task (cp), a nested workflow split and combined: task
+    directories run on the tier, the workflow's outputs are byte-identical to cf's and in the home,
+    the tier is empty at the end, and a second run executes nothing."""
+    images = make_images(tmp_path / "data", 3)
+    with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
+        theirs = sub(Study(in_files=images))
+    sea = {"tiers": [{"path": str(shm_dir)}]}
+    home = tmp_path / "home"
+    with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
+        ours = sub(Study(in_files=images))
+    assert not theirs.errored and not ours.errored
+    for mine, ref in zip(_files(ours.outputs), _files(theirs.outputs), strict=True):
+        assert mine.is_relative_to(home) and mine.is_file(), f"{mine} is not in the home"
+        assert filecmp.cmp(mine, ref, shallow=False), f"{mine} differs from cf's {ref}"
+    assert not list(shm_dir.iterdir()), "the tier is not empty at the end"
+    assert not list(home.glob("python-*")) and not list(home.glob("shell-*")), "task directories reached the home"
+    report = RunReport.from_json(home / "sea-report.json")
+    assert report.nodes_run == 10 and report.tiers[0].nodes_placed == 10  # 3 subjects x (scale, smooth, copy) + mean
+    assert report.tiers[0].peak_bytes > 0
+
+    with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
+        again = sub(Study(in_files=images))
+    assert _files(again.outputs) == _files(ours.outputs)
+    assert RunReport.from_json(home / "sea-report.json").nodes_run == 0, "the second run executed tasks"

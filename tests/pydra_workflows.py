@@ -1,0 +1,68 @@
+"""Real Pydra workflows on real NIfTI files, for the SeaWorker tests (needs Pydra 1.0, Python >= 3.11)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+from fileformats.generic import File
+from pydra.compose import python, shell, workflow
+
+
+def make_images(directory: Path, n: int, side: int = 24) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(n):
+        path = directory / f"sub-{i:02d}.nii"
+        nib.save(nib.Nifti1Image(rng.standard_normal((side, side, side, 4)).astype(np.float32), np.eye(4)), path)
+        paths.append(path)
+    return paths
+
+
+@python.define(outputs=["out"])
+def Scale(in_file: File, factor: float) -> File:
+    img = nib.load(in_file)
+    out = os.path.abspath("scaled.nii")  # in the job's directory: where it really runs
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * np.float32(factor), img.affine), out)
+    return File(out)
+
+
+@python.define(outputs=["out"])
+def Smooth(in_file: File) -> File:
+    from scipy.ndimage import uniform_filter
+
+    img = nib.load(in_file)
+    out = os.path.abspath("smooth.nii")
+    nib.save(nib.Nifti1Image(uniform_filter(np.asarray(img.dataobj), size=(3, 3, 3, 1)).astype(np.float32), img.affine), out)
+    return File(out)
+
+
+@python.define(outputs=["out"])
+def Mean(in_files: list[File]) -> File:
+    data = np.mean([np.asarray(nib.load(f).dataobj) for f in in_files], axis=0)
+    out = os.path.abspath("group_mean.nii")
+    nib.save(nib.Nifti1Image(data.astype(np.float32), np.eye(4)), out)
+    return File(out)
+
+
+Copy = shell.define("cp <in_file:generic/file> <out|out_file:generic/file>")
+
+
+@workflow.define(outputs=["smoothed", "copied"])
+def Subject(in_file: File) -> tuple[File, File]:
+    """One subject: scale, smooth, and a copy by ``cp`` (a shell task running a real executable)."""
+    scale = workflow.add(Scale(in_file=in_file, factor=2.0), name="scale")
+    smooth = workflow.add(Smooth(in_file=scale.out), name="smooth")
+    copy = workflow.add(Copy(in_file=smooth.out), name="copy")
+    return smooth.out, copy.out_file
+
+
+@workflow.define(outputs=["mean", "copies"])
+def Study(in_files: list[File]) -> tuple[File, list[File]]:
+    """The nested per-subject workflow split over subjects and combined (map/reduce), then a group mean."""
+    subject = workflow.add(Subject().split(in_file=in_files).combine("in_file"), name="subject")
+    mean = workflow.add(Mean(in_files=subject.smoothed), name="mean")
+    return mean.out, subject.copied
