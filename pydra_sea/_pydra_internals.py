@@ -26,6 +26,13 @@ def pydra_version() -> str:
     return metadata.version("pydra")
 
 
+def pydra_version_supported() -> bool:
+    from packaging.version import Version
+
+    low, high = (Version(v) for v in TESTED_RANGE)
+    return low <= Version(pydra_version()) <= high
+
+
 def exec_graph(workflow_job) -> ty.Any | None:
     return (workflow_job.return_values or {}).get("exec_graph")
 

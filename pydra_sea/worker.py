@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import typing as ty
+import warnings
 from pathlib import Path
 
 import attrs
@@ -57,6 +58,10 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _workflows: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # workflow jobs being expanded
     _registered: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # id() of NodeExecutions seen
     _held: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(workflow job) -> output job keys
+
+    def __attrs_post_init__(self) -> None:
+        if not px_.pydra_version_supported():
+            warnings.warn(f"SeaWorker is tested with pydra {'-'.join(px_.TESTED_RANGE)}, not {px_.pydra_version()}", stacklevel=3)
 
     # ------------------------------------------------------------------ the run
     async def submit(self, job, rerun: bool = False):

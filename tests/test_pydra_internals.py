@@ -1,0 +1,81 @@
+"""What pydra_sea reads of Pydra's internals (pydra_sea/_pydra_internals.py), checked against the
+installed Pydra: when one of these fails, Pydra changed and the adapter must follow."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+
+import attrs  # noqa: E402
+from pydra.compose import python, workflow  # noqa: E402
+from pydra.engine.submitter import Submitter  # noqa: E402
+from pydra.workers import cf  # noqa: E402
+
+from pydra_sea import _pydra_internals as px_  # noqa: E402
+
+
+@python.define
+def Inc(x: int) -> int:
+    return x + 1
+
+
+@workflow.define
+def Pair(xs: list[int]) -> list[int]:
+    first = workflow.add(Inc().split(x=xs), name="first")
+    second = workflow.add(Inc(x=first.out), name="second")
+    return second.out
+
+
+@attrs.define
+class Probe(cf.ConcurrentFuturesWorker):
+    """Records, for each node job, what the adapter reads from Pydra while it runs."""
+
+    _plugin_name = "probe"
+    seen: list = attrs.field(factory=list)
+    workflows: list = attrs.field(factory=list)
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "seen": [], "workflows": []}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+
+    async def submit(self, job, rerun=False):
+        self.workflows.append(job)
+        return await super().submit(job, rerun=rerun)
+
+    async def run(self, job, rerun=False):
+        graph = px_.exec_graph(self.workflows[-1])
+        node = px_.node_holding(graph, job)
+        self.seen.append(
+            {
+                "name": job.name,
+                "node": node.name if node else None,
+                "jobs": len(px_.jobs_of(node)) if node else 0,
+                "preds": [p.name for p in px_.predecessors(graph, node)] if node else None,
+                "succs": [s.name for s in px_.successors(graph, node)] if node else None,
+                "outputs": px_.output_node_names(self.workflows[-1]),
+            }
+        )
+        job.cache_root = job.cache_root  # public and settable
+        return await super().run(job, rerun=rerun)
+
+
+def test_the_version_is_the_tested_one():
+    assert px_.pydra_version_supported(), f"pydra {px_.pydra_version()} is not tested: run this module and update TESTED_RANGE"
+
+
+def test_a_worker_sees_the_graph_through_the_workflow_job(tmp_path):
+    worker = Probe(n_procs=1)
+    with Submitter(worker=worker, cache_root=tmp_path) as sub:
+        result = sub(Pair(xs=[1, 2]))
+    assert result.outputs.out == [3, 4]
+    by_node = {}
+    for record in worker.seen:
+        by_node.setdefault(record["node"], []).append(record)
+    assert set(by_node) == {"first", "second"}, "a node job was not found in its workflow's execution graph"
+    assert all(r["jobs"] == 2 for r in worker.seen), "a node's jobs are not all created together"
+    assert by_node["first"][0]["preds"] == [] and by_node["first"][0]["succs"] == ["second"]
+    assert by_node["second"][0]["preds"] == ["first"] and by_node["second"][0]["succs"] == []
+    assert all(r["outputs"] == {"second"} for r in worker.seen)
