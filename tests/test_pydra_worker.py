@@ -106,3 +106,18 @@ def test_study_on_the_tiers_matches_cf_and_leaves_only_outputs_home(tmp_path, sh
         again = sub(Study(in_files=images))
     assert _files(again.outputs) == _files(ours.outputs)
     assert RunReport.from_json(home / "sea-report.json").nodes_run == 0, "the second run executed tasks"
+
+
+def test_the_pydra_incrementation_example_matches_cf(tmp_path, shm_dir):
+    from example_workflows.incrementation import make_chunks
+    from example_workflows.incrementation.pydra_workflow import Incrementation
+
+    chunks = make_chunks(tmp_path / "data", 3, 2)
+    with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
+        theirs = sub(Incrementation(in_files=chunks, iterations=3))
+    with Submitter(worker="sea", cache_root=tmp_path / "home", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        ours = sub(Incrementation(in_files=chunks, iterations=3))
+    assert len(ours.outputs.out_files) == 3
+    for mine, ref in zip(ours.outputs.out_files, theirs.outputs.out_files, strict=True):
+        assert Path(mine).is_relative_to(tmp_path / "home") and filecmp.cmp(mine, ref, shallow=False)
+    assert not list(shm_dir.iterdir())

@@ -15,13 +15,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=4)
     parser.add_argument("--chunk-mib", type=float, default=8)
     parser.add_argument("--iterations", type=int, default=3)
-    parser.add_argument("--plugin", default="SeaMultiProc", help="SeaMultiProc, MultiProc, Linear, ...")
+    parser.add_argument("--plugin", default="SeaMultiProc", help="SeaMultiProc, MultiProc, Linear, ... (Nipype); with --pydra: sea, cf, debug")
+    parser.add_argument("--pydra", action="store_true", help="run the Pydra version (Pydra 1.0, Python >= 3.11)")
     parser.add_argument("--n-procs", type=int, default=2)
     parser.add_argument("--sea", default=None, help="Sea config: a YAML file (default: $SEA_CONFIG, else discovered tiers)")
     args = parser.parse_args(argv)
 
     root = Path(args.root).resolve()
-    make_chunks(root / "data", args.chunks, args.chunk_mib)
+    chunks = make_chunks(root / "data", args.chunks, args.chunk_mib)
+    if args.pydra:
+        return run_pydra(args, root, chunks)
     wf = build_workflow(root / "data", args.chunks, args.iterations, root / "work", root / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     plugin_args = {"n_procs": args.n_procs}
@@ -34,6 +37,29 @@ def main(argv: list[str] | None = None) -> int:
         from sea.report import RunReport
 
         print(RunReport.from_json(root / "work" / "sea-report.json").to_text())
+    return 0
+
+
+def run_pydra(args: argparse.Namespace, root: Path, chunks: list[Path]) -> int:
+    from pydra.engine.submitter import Submitter
+
+    from .pydra_workflow import Incrementation
+
+    worker = "sea" if args.plugin == "SeaMultiProc" else args.plugin
+    options = {"sea": args.sea} if worker == "sea" and args.sea else {}
+    start = time.monotonic()
+    with Submitter(worker=worker, cache_root=root / "pydra-cache", n_procs=args.n_procs, **options) as submitter:
+        result = submitter(Incrementation(in_files=chunks, iterations=args.iterations))
+    if result.errored:
+        print(f"the workflow failed; see {root / 'pydra-cache'}")
+        return 1
+    print(f"Pydra {worker}: {args.chunks} chunks x {args.iterations} iterations in {time.monotonic() - start:.1f} s; outputs:")
+    for path in result.outputs.out_files:
+        print(f"  {path}")
+    if worker == "sea":
+        from sea.report import RunReport
+
+        print(RunReport.from_json(root / "pydra-cache" / "sea-report.json").to_text())
     return 0
 
 
