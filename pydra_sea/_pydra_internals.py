@@ -7,7 +7,11 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 - the execution graph's ``nodes`` (``NodeExecution``: ``name``, ``_tasks`` once started), its
   ``predecessors[name]`` and ``successors[name]``;
 - a workflow's ``outputs``, whose values are ``LazyOutField`` objects naming their node (``_node``);
-- ``Job.cache_root`` (public, settable): where the job's directory goes.
+- ``Job.cache_root`` (public, settable): where the job's directory goes;
+- fileformats' ``FsMountIdentifier._mount_table``: a cache of the mount table taken once per
+  process, which Pydra uses to decide whether a workflow's outputs can be hard-linked into its
+  directory. A tier mounted after that (a tmpfs a job script mounts) would be taken for the
+  filesystem it sits on, and the link fail with EXDEV; we drop the cache when a run starts.
 
 ``tests/test_pydra_internals.py`` checks each of these against the installed Pydra.
 """
@@ -31,6 +35,12 @@ def pydra_version_supported() -> bool:
 
     low, high = (Version(v) for v in TESTED_RANGE)
     return low <= Version(pydra_version()) <= high
+
+
+def forget_mount_table() -> None:
+    from fileformats.core.fs_mount_identifier import FsMountIdentifier
+
+    FsMountIdentifier._mount_table = None
 
 
 def exec_graph(workflow_job) -> ty.Any | None:

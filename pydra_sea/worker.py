@@ -58,6 +58,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _workflows: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # workflow jobs being expanded
     _registered: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # id() of NodeExecutions seen
     _held: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(workflow job) -> output job keys
+    _slots: asyncio.Semaphore | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():
@@ -67,6 +68,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     async def submit(self, job, rerun: bool = False):
         top = self.engine is None
         if top:
+            px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger)  # checks the tiers: nothing ran yet
             self.engine.update_graph(WorkflowGraph())
         self._workflows.append(job)
@@ -83,6 +85,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if top:
                 engine, self.engine = self.engine, None
                 self._registered.clear()
+                self._slots = None  # bound to this run's event loop
                 await asyncio.get_running_loop().run_in_executor(None, engine.close, success)
 
     async def run(self, job, rerun: bool = False):
@@ -91,15 +94,20 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             return await super().run(job, rerun=rerun)
         workflow_job, graph, node = found
         self._register(workflow_job, graph, node)
-        key = job.checksum
-        placement = self.engine.place(key, link=False)
-        job.cache_root = placement.physical.parent
-        try:
-            result = await super().run(job, rerun=rerun)
-        except BaseException:
-            self.engine.node_failed(key)
-            raise
-        self.engine.node_finished(key)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.n_procs)
+        # Pydra hands over every runnable job at once: place one only when a process is free for
+        # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue
+        async with self._slots:
+            key = job.checksum
+            placement = self.engine.place(key, link=False)
+            job.cache_root = placement.physical.parent
+            try:
+                result = await super().run(job, rerun=rerun)
+            except BaseException:
+                self.engine.node_failed(key)
+                raise
+            self.engine.node_finished(key)
         return result
 
     # ------------------------------------------------------------------ translation
@@ -134,7 +142,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={})  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

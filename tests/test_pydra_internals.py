@@ -79,3 +79,12 @@ def test_a_worker_sees_the_graph_through_the_workflow_job(tmp_path):
     assert by_node["first"][0]["preds"] == [] and by_node["first"][0]["succs"] == ["second"]
     assert by_node["second"][0]["preds"] == ["first"] and by_node["second"][0]["succs"] == []
     assert all(r["outputs"] == {"second"} for r in worker.seen)
+
+
+def test_the_mount_table_cache_is_where_we_drop_it():
+    from fileformats.core.fs_mount_identifier import FsMountIdentifier
+
+    FsMountIdentifier.get_mount_table()
+    assert FsMountIdentifier._mount_table is not None
+    px_.forget_mount_table()
+    assert FsMountIdentifier._mount_table is None

@@ -121,3 +121,24 @@ def test_the_pydra_incrementation_example_matches_cf(tmp_path, shm_dir):
     for mine, ref in zip(ours.outputs.out_files, theirs.outputs.out_files, strict=True):
         assert Path(mine).is_relative_to(tmp_path / "home") and filecmp.cmp(mine, ref, shallow=False)
     assert not list(shm_dir.iterdir())
+
+
+def test_tasks_spill_to_the_next_tier_when_a_small_tmpfs_is_full(tmp_path, small_tmpfs, shm_dir):
+    """8 chunks of 4 MiB x 3 iterations on a 24 MiB tier: some jobs are refused there and run on the
+    next tier; outputs are still cf's, and both tiers are empty at the end."""
+    from example_workflows.incrementation import make_chunks
+    from example_workflows.incrementation.pydra_workflow import Incrementation
+
+    chunks = make_chunks(tmp_path / "data", 8, 4)
+    with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
+        theirs = sub(Incrementation(in_files=chunks, iterations=3))
+    sea = {"tiers": [{"path": str(small_tmpfs)}, {"path": str(shm_dir)}], "default_node_size": "4MiB"}
+    with Submitter(worker="sea", cache_root=tmp_path / "home", n_procs=2, sea=sea) as sub:
+        ours = sub(Incrementation(in_files=chunks, iterations=3))
+    for mine, ref in zip(ours.outputs.out_files, theirs.outputs.out_files, strict=True):
+        assert filecmp.cmp(mine, ref, shallow=False)
+    report = RunReport.from_json(tmp_path / "home" / "sea-report.json")
+    small, next_tier = report.tiers[0], report.tiers[1]
+    assert small.nodes_placed > 0 and small.spills > 0 and next_tier.nodes_placed > 0, report.to_text()
+    assert small.peak_bytes <= 24 * 2**20
+    assert not list(small_tmpfs.iterdir()) and not list(shm_dir.iterdir())
