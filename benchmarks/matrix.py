@@ -80,6 +80,7 @@ class Configuration:
     out_on_tmpfs: bool = False  # the DataSink directory too
     sea: str | None = None  # "tiers": the node-local tiers; "fast": a tmpfs of its own; None: no Sea
     keep_intermediates: bool = False
+    engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
 
     @property
     def file_key(self) -> str:
@@ -94,6 +95,10 @@ CONFIGURATIONS = (
     Configuration("C'", "SeaMultiProc, keep_intermediates", "SeaMultiProc", sea="tiers", keep_intermediates=True),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
     Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
+    # Pydra 1.0 (incrementation only): the cache_root on the shared filesystem; the workflow's outputs
+    # are what Pydra puts in the workflow's directory, copied to tmpfs after the timing to compare them
+    Configuration("P", "Pydra cf worker", "cf", out_on_tmpfs=True, engine="pydra"),
+    Configuration("PS", "Pydra SeaWorker", "sea", out_on_tmpfs=True, sea="tiers", engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
 

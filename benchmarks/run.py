@@ -1,7 +1,7 @@
 """The side-by-side benchmark: what users run today against Sea, on a busy and an unloaded shared filesystem.
 
 ``python -m benchmarks.run --size smoke|full [--reps 3] [--throttles busy,unloaded]
-[--workloads incrementation,filtering] [--configs A2,A,B,C,C',T,S] [--out benchmarks/results]``
+[--workloads incrementation,filtering] [--configs A2,A,B,C,C',T,S,P,PS] [--out benchmarks/results]``
 
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
 5 ms per metadata operation; ``unloaded``: the bare local disk) and each workload (incrementation,
@@ -17,6 +17,8 @@ byte for byte with A's:
 * C' SeaMultiProc with ``keep_intermediates: true`` (the seeds' flush-all);
 * T  MultiProc with everything on tmpfs (nothing on the shared filesystem);
 * S  SeaMultiProc with everything on tmpfs (its tier a tmpfs mounted for the benchmark): Sea's own cost;
+* P  Pydra 1.0 with its cf worker, cache_root on the shared filesystem (incrementation only);
+* PS Pydra with SeaWorker, same tiers as C; P and PS outputs are compared with P's;
 * L  (computed, busy only) the limit: max(T, declared output bytes at the throttled bandwidth) plus
   the last output's flush.
 
@@ -134,6 +136,8 @@ def describe_machine() -> Machine:
 def worker(args: argparse.Namespace) -> None:
     """Run one configuration once in this fresh process; write what only the process knows."""
     config, size = BY_KEY[args.worker], SIZES[args.size]
+    if config.engine == "pydra":
+        return pydra_worker(args, config, size)
     wf = build_workflow(args.workload, size, args.data, args.work, args.out)
     wf.config["execution"]["poll_sleep_duration"] = config.poll
     plugin_args: dict = {"n_procs": PROCESSES}
@@ -147,6 +151,39 @@ def worker(args: argparse.Namespace) -> None:
         report.pop("timeline", None)
         result["sea"] = report
     args.result.write_text(json.dumps(result))
+
+
+def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) -> None:
+    from pydra.engine.submitter import Submitter
+
+    from example_workflows.incrementation import make_chunks
+    from example_workflows.incrementation.pydra_workflow import Incrementation
+
+    chunks = make_chunks(args.data, size.units, size.unit_mib)  # already there: only lists them
+    options = {"sea": {"tiers": json.loads(args.tiers)}} if config.sea else {}
+    start = time.monotonic()
+    with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
+        result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))
+    measured: dict = {"makespan_seconds": time.monotonic() - start}
+    if result.errored:
+        raise SystemExit(f"the Pydra workflow failed; see {args.work}")
+    args.out.mkdir(parents=True)
+    for path in result.outputs.out_files:
+        shutil.copyfile(path, args.out / Path(path).name)
+    if config.sea:
+        report = json.loads((args.work / "sea-report.json").read_text())
+        report.pop("timeline", None)
+        measured["sea"] = report
+    args.result.write_text(json.dumps(measured))
+
+
+def pydra_available() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("pydra.compose") is not None
+    except ImportError:
+        return False
 
 
 # ---------------------------------------------------------------------------------- measuring
@@ -270,7 +307,7 @@ def progress_line(record: RunRecord) -> str:
     line = f"  {record.throttle:<8} {record.workload:<14} rep {record.repetition} {config.key:<3} {config.name:<36} {record.makespan_seconds:7.2f} s"
     line += f"  {record.shared_files:4d} files on the shared FS"
     if record.identical_to_a is not None:
-        line += "  outputs identical to A's" if record.identical_to_a else "  OUTPUTS DIFFER from A's"
+        line += "  outputs identical to the reference's" if record.identical_to_a else "  OUTPUTS DIFFER from the reference's"
     return line
 
 
@@ -279,16 +316,18 @@ def run_workload(stage: Stage, workload: str, size: Size, reps: int, configs: li
     records = []
     try:
         for repetition in range(1, reps + 1):
-            names, reference = [], None
+            names, references = [], {}
             try:
                 for config in configs:
+                    if config.engine == "pydra" and workload != "incrementation":
+                        continue  # the Pydra version exists for incrementation only
                     record, name = run_one(stage, workload, size, config, repetition)
                     names.append(name)
                     out = (stage.tmpfs if config.out_on_tmpfs else stage.backing) / name / "out"
-                    if reference is None:
-                        reference = out  # A's when A runs, else the first configuration's
+                    if config.engine not in references:
+                        references[config.engine] = out  # A's for Nipype, P's for Pydra (their layouts differ)
                     else:
-                        record.differences = compare_outputs(reference, out)
+                        record.differences = compare_outputs(references[config.engine], out)
                         record.identical_to_a = not record.differences
                     records.append(record)
                     print(progress_line(record), flush=True)
@@ -376,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     throttles = [THROTTLES[t] for t in selection(args.throttles, THROTTLES, "throttle")]
     workloads = selection(args.workloads, WORKLOADS, "workload")
     configs = [BY_KEY[c] for c in selection(args.configs, BY_KEY, "configuration")]
-    configs.sort(key=lambda c: c.key != "A")  # A first: every other run's outputs are compared with A's
+    configs.sort(key=lambda c: (c.engine, c.key not in ("A", "P")))  # A (P) first: the others are compared with it
+    if any(c.engine == "pydra" for c in configs) and not pydra_available():
+        print("  (Pydra 1.0 is not installed: P and PS are left out)", flush=True)
+        configs = [c for c in configs if c.engine != "pydra"]
 
     from benchmarks.tables import plot, render_markdown
 

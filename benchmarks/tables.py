@@ -105,20 +105,24 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
     c_sea = [r for r in _runs(records, throttle.name, workload, "C") if r.sea]
     peak_over_live = _med([_tier_peak(r) / r.sea["live_peak_bytes"] for r in c_sea if r.sea["live_peak_bytes"]]) if c_sea else None
     fewer_files = files["A"] / max(files["C"], 1) if "A" in files and "C" in files else None
+    fewer_pydra = files["P"] / max(files["PS"], 1) if "P" in files and "PS" in files else None
     if throttle.throttled:
         wanted = [
             ("C at least 5x faster than A", ratio("A", "C"), ">=", 5.0),
             ("C within 1.15x of the limit L", med["C"] / limit if limit and "C" in med else None, "<=", 1.15),
             ("C at least 1.3x faster than B", ratio("B", "C"), ">=", 1.3),
             ("C' not slower than A", ratio("A", "C'"), ">=", 1.0),
+            ("Pydra: PS at least 5x faster than P", ratio("P", "PS"), ">=", 5.0),
         ]
     else:
         wanted = [
             ("C costs at most 3% over the tuned A", ratio("C", "A"), "<=", 1.03),
             ("S (Sea, all on tmpfs) within 1.1x of T (MultiProc, all on tmpfs)", ratio("S", "T"), "<=", 1.1),
+            ("Pydra: PS costs at most 3% over P", ratio("PS", "P"), "<=", 1.03),
         ]
     wanted += [
         ("C creates 10x fewer files on the shared FS than A", fewer_files, ">=", 10.0),
+        ("Pydra: PS creates 10x fewer files on the shared FS than P", fewer_pydra, ">=", 10.0),
         ("C's tier peak within 1.2x of the live working set", peak_over_live, "<=", 1.2),
     ]
     lines = ["| target | measured | goal | |", "|:--|--:|--:|:--|"]
@@ -140,7 +144,7 @@ def render_markdown(size: Size, reps: int, machine, throttles: list[Throttle], w
         f"1-minute load average {machine.load_average_start[0]:.2f} at start, {machine.load_average_end[0]:.2f} at end",
         f"- {reps} repetitions, interleaved, each run a fresh process in fresh directories; makespan = wall time of "
         "`workflow.run()` (Sea's final flush included, interpreter start-up excluded); medians and min–max",
-        "- Outputs of every run compared byte for byte with A's of the same repetition: "
+        "- Outputs of every run compared byte for byte with A's of the same repetition (P's for the Pydra rows): "
         + (
             "all identical"
             if not differ
@@ -168,7 +172,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "T": "#36c", "S": "#69d"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]
