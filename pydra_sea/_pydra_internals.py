@@ -47,6 +47,10 @@ def exec_graph(workflow_job) -> ty.Any | None:
     return (workflow_job.return_values or {}).get("exec_graph")
 
 
+def name_of(node) -> str:
+    return node.name
+
+
 def node_holding(graph, job) -> ty.Any | None:
     """The graph's NodeExecution that created ``job`` (the job object itself, not a copy)."""
     for node in graph.nodes:
@@ -60,11 +64,11 @@ def jobs_of(node) -> list:
 
 
 def predecessors(graph, node) -> list:
-    return list(graph.predecessors.get(node.name, []))
+    return list(graph.predecessors.get(name_of(node), []))
 
 
 def successors(graph, node) -> list:
-    return list(graph.successors.get(node.name, []))
+    return list(graph.successors.get(name_of(node), []))
 
 
 def output_node_names(workflow_job) -> set[str]:

@@ -125,15 +125,15 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         if id(node) in self._registered:
             return
         self._registered.add(id(node))
-        producers = [j.checksum for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if j.checksum in self.engine.graph]
-        keys = [j.checksum for j in px_.jobs_of(node)]
-        specs = [NodeSpec(key=k, kind=f"{type(j.task).__name__}:{node.name}", upstream=tuple((p, "in") for p in producers)) for k, j in zip(keys, px_.jobs_of(node), strict=True)]
-        is_output = node.name in px_.output_node_names(workflow_job)
+        name, jobs = px_.name_of(node), px_.jobs_of(node)
+        producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if j.checksum in self.engine.graph)
+        specs = [NodeSpec(key=j.checksum, kind=f"{type(j.task).__name__}:{name}", upstream=producers) for j in jobs]
+        is_output = name in px_.output_node_names(workflow_job)
         self.engine.add_nodes(specs, open_ended=is_output or bool(px_.successors(graph, node)))
+        held = self._held.setdefault(id(workflow_job), [])
         if is_output:
-            self._held.setdefault(id(workflow_job), []).extend(keys)
+            held.extend(spec.key for spec in specs)
         for pred in px_.predecessors(graph, node):
-            held = set(self._held.get(id(workflow_job), ()))
             if all(id(s) in self._registered for s in px_.successors(graph, pred)):
                 self.engine.seal([j.checksum for j in px_.jobs_of(pred) if j.checksum in self.engine.graph and j.checksum not in held])
 
