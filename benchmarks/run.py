@@ -188,15 +188,19 @@ def pydra_available() -> bool:
 
 # ---------------------------------------------------------------------------------- measuring
 def footprint(*roots: Path) -> tuple[int, int, int]:
-    """(bytes, regular files, symlinks) under ``roots``, never following a link."""
+    """(bytes, regular files, symlinks) under ``roots``, never following a link. Hard links to
+    one file count once: they take no more room or inodes (Pydra links a workflow's outputs into
+    its directory)."""
     size = files = links = 0
+    seen: set[tuple[int, int]] = set()
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
             for name in dirnames + filenames:  # a link to a directory is listed with the directories
                 st = os.lstat(os.path.join(dirpath, name))
                 if stat.S_ISLNK(st.st_mode):
                     links += 1
-                elif stat.S_ISREG(st.st_mode):
+                elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
                     files, size = files + 1, size + st.st_size
     return size, files, links
 

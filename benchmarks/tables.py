@@ -150,7 +150,7 @@ def render_markdown(size: Size, reps: int, machine, throttles: list[Throttle], w
             if not differ
             else f"{len(differ)} DIFFER: " + "; ".join(f"{r.throttle}/{r.workload}/{r.config}: {r.differences[:3]}" for r in differ)
         ),
-        "- Files and bytes on the shared FS: regular files under base_dir and the DataSink directory after the run; "
+        "- Files and bytes on the shared FS: regular files under base_dir and the DataSink directory after the run (hard links to one file counted once); "
         "tier peak: Sea's accounting of its fast tiers (their peaks added up); live set: the most bytes some unfinished node still needed at once "
         "(`live_peak_bytes` in Sea's report)",
         "- Predicted: `sea.model` (bandwidth model, compute taken from T as the second bound), busy filesystem only",

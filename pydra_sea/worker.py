@@ -28,7 +28,9 @@ upstream first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import typing as ty
 import warnings
 from pathlib import Path
@@ -58,7 +60,10 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _workflows: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # workflow jobs being expanded
     _registered: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # id() of NodeExecutions seen
     _held: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(workflow job) -> output job keys
-    _slots: asyncio.Semaphore | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    _slots: _Processes | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    _persisted: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # keys whose directory comes home
+    _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> futures waiting for it to settle
+    _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():
@@ -69,8 +74,14 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         top = self.engine is None
         if top:
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
-            self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger)  # checks the tiers: nothing ran yet
-            self.engine.update_graph(WorkflowGraph())
+            self._loop_of_run = asyncio.get_running_loop()
+            self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result)
+            try:
+                self.engine.update_graph(WorkflowGraph(), keys_like=px_.job_dir_names_like())
+            except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
+                self.engine.abort()
+                self.engine = None
+                raise
         self._workflows.append(job)
         success = False
         try:
@@ -85,7 +96,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if top:
                 engine, self.engine = self.engine, None
                 self._registered.clear()
-                self._slots = None  # bound to this run's event loop
+                self._persisted.clear()
+                self._slots = self._loop_of_run = None  # bound to this run's event loop
                 await asyncio.get_running_loop().run_in_executor(None, engine.close, success)
 
     async def run(self, job, rerun: bool = False):
@@ -94,21 +106,69 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             return await super().run(job, rerun=rerun)
         workflow_job, graph, node = found
         self._register(workflow_job, graph, node)
+        engine, key, home = self.engine, job.checksum, Path(self._workflows[0].cache_root)
+        if not rerun and not engine.is_fresh(key) and (cached := px_.cached_result(job, home)) is not None:
+            engine.node_cached(key)  # done by an earlier run: Pydra would not run it either
+            return cached
         if self._slots is None:
-            self._slots = asyncio.Semaphore(self.n_procs)
+            self._slots = _Processes(self.n_procs, engine.order)
         # Pydra hands over every runnable job at once: place one only when a process is free for
-        # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue
-        async with self._slots:
-            key = job.checksum
-            placement = self.engine.place(key, link=False)
-            job.cache_root = placement.physical.parent
+        # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue;
+        # which waiting job gets a free process is the core's choice (locality, then depth)
+        async with self._slots.one_for(key):
+            result = await self._run_placed(job, key, rerun)
+            px_.look_home_first(job, home, engine.physical_dir(key).parent)
+            engine.node_finished(key)
+        if key in self._persisted:
+            # the workflow copies this job's outputs into its own directory once every job
+            # returned: by then the job's directory must be home (a hard link, not a copy)
+            await self._settled(key)
+        return result
+
+    async def _run_placed(self, job, key: str, rerun: bool):
+        placement = self.engine.place(key, link=False)
+        while True:
+            px_.run_under(job, placement.physical.parent)
             try:
-                result = await super().run(job, rerun=rerun)
+                return await super().run(job, rerun=rerun)
+            except Exception as error:
+                px_.remove_side_files(job, placement.physical.parent)
+                placement = self.engine.retry_elsewhere(key, f"{error!r} {error}", link=False)
+                if placement is None:
+                    self.engine.node_failed(key)
+                    raise
             except BaseException:
                 self.engine.node_failed(key)
                 raise
-            self.engine.node_finished(key)
-        return result
+
+    @classmethod
+    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool):
+        """In the pool's process: a job that failed while saving (out of space) leaves the process
+        in its directory, which Sea then removes; Pydra's next job there starts by ``os.getcwd()``."""
+        try:
+            os.getcwd()
+        except FileNotFoundError:
+            os.chdir("/")
+        return super().uncloudpickle_and_run(job_pkl, rerun)
+
+    async def _settled(self, key: str) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, []).append(waiter)
+        self._wake_waiters()
+        await waiter
+
+    def _wake_waiters(self) -> None:
+        if self.engine is None:  # the run ended
+            return
+        for key in [k for k in self._waiting if self.engine.is_settled(k)]:
+            for waiter in self._waiting.pop(key):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def _on_flush(self) -> None:  # called from a stager thread
+        loop = self._loop_of_run
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake_waiters)
 
     # ------------------------------------------------------------------ translation
     def _locate(self, job):
@@ -127,11 +187,18 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._registered.add(id(node))
         name, jobs = px_.name_of(node), px_.jobs_of(node)
         producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if j.checksum in self.engine.graph)
-        specs = [NodeSpec(key=j.checksum, kind=f"{type(j.task).__name__}:{name}", upstream=producers) for j in jobs]
-        is_output = name in px_.output_node_names(workflow_job)
-        self.engine.add_nodes(specs, open_ended=is_output or bool(px_.successors(graph, node)))
+        is_output, consumed = name in px_.output_node_names(workflow_job), bool(px_.successors(graph, node))
+        # a job no other node reads (it gives the workflow an output, or nothing reads it at all)
+        # persists: the stager copies its directory home while the rest runs, and Pydra's cache
+        # keeps it as under cf; an output also read by other nodes stays on its tier until the
+        # workflow has copied its outputs
+        persist = not consumed
+        specs = [NodeSpec(key=j.checksum, kind=f"{type(j.task).__name__}:{name}", upstream=producers, persist_dir=persist) for j in jobs]
+        self.engine.add_nodes(specs, open_ended=consumed)
         held = self._held.setdefault(id(workflow_job), [])
-        if is_output:
+        if persist:
+            self._persisted.update(spec.key for spec in specs)
+        elif is_output:
             held.extend(spec.key for spec in specs)
         for pred in px_.predecessors(graph, node):
             if all(id(s) in self._registered for s in px_.successors(graph, pred)):
@@ -142,8 +209,44 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
         super().__setstate__(state)
+
+
+class _Processes:
+    """``n`` processes for the jobs waiting for one; a freed process goes to the job ``order`` ranks
+    first (``SeaEngine.order``), not to the one that asked first."""
+
+    def __init__(self, n: int, order: ty.Callable[[list[str]], list[str]]):
+        self._free, self._order = n, order
+        self._waiting: dict[str, asyncio.Future] = {}
+
+    @contextlib.asynccontextmanager
+    async def one_for(self, key: str):
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+        else:
+            granted = self._waiting[key] = asyncio.get_running_loop().create_future()
+            try:
+                await granted
+            except asyncio.CancelledError:
+                if self._waiting.get(key) is granted:
+                    del self._waiting[key]
+                elif granted.done() and not granted.cancelled():
+                    self._hand_on()  # granted and cancelled at once: pass the process on
+                raise
+        try:
+            yield
+        finally:
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        for key in self._order(list(self._waiting)) if self._waiting else []:
+            granted = self._waiting.pop(key)
+            if not granted.done():  # not cancelled while waiting
+                granted.set_result(None)
+                return
+        self._free += 1

@@ -121,7 +121,13 @@ class SeaEngine:
         home: Path,
         log: logging.Logger | None = None,
         on_event: Callable[[], None] | None = None,
+        relocate: Callable[[Path, Path, Path], None] | None = None,
     ):
+        """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
+        adapter can look again. ``relocate(copy, physical, logical)`` is called once a node's whole
+        directory has been copied home, before the copy replaces the node's path in the home: an
+        engine whose result files record absolute paths (Pydra's ``_result.pklz``) rewrites them
+        in ``copy`` from ``physical`` to ``logical``, so the copy is right the moment it appears."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -138,15 +144,18 @@ class SeaEngine:
         self._known_dirs: set[Path] = set()  # directories of the home known to exist
         self._fresh: set[str] = set()  # nodes with nothing in the home: their path needs no clearing
         self._wake = on_event or (lambda: None)
+        self._relocate = relocate
         self._lock = self.hierarchy.lock
         self._start = time.monotonic()
         self._closed = False
         self.log.info("[Sea] tiers: %s", self.hierarchy.describe())
 
     # ---------------------------------------------------------------- graph
-    def update_graph(self, graph: WorkflowGraph) -> None:
-        """Take the workflow graph: check the rules against it, plan what a rerun can skip."""
-        self._check_rules(graph)
+    def update_graph(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = ()) -> None:
+        """Take the workflow graph: check the rules against it, plan what a rerun can skip.
+        ``keys_like``: examples of the keys nodes added during the run will have (an engine that
+        creates its nodes as it goes, like Pydra), so the rules can be checked against them too."""
+        self._check_rules(graph, keys_like)
         destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
         swept = sum(sweep_temporaries(root) for root in {self.home, *destinations} if root.is_dir())
         if swept:
@@ -172,7 +181,7 @@ class SeaEngine:
                         raise RuntimeError(f"{spec.key!r} reads {producer!r}, which was evicted already; add consumers before sealing their producers")
             self.graph.add(specs)
             keys = [spec.key for spec in specs]
-            self._admit(keys)
+            self._admit(keys, planned=False)
             for key in keys:
                 self._nodes[key].open_ended = open_ended
                 for producer in self.graph.producers(key):
@@ -186,8 +195,10 @@ class SeaEngine:
                 self._nodes[key].open_ended = False
                 self._maybe_evict(key)
 
-    def _admit(self, keys: list[str]) -> None:
-        """Track new nodes; clear Sea's own leftovers at their paths; note those known absent."""
+    def _admit(self, keys: list[str], planned: bool = True) -> None:
+        """Track new nodes; clear Sea's own leftovers at their paths; note those known absent.
+        ``planned``: the resume plan covered these nodes, so a directory the journal knows and the
+        plan did not skip is a leftover; otherwise the engine's own cache check decides about it."""
         present = self._entries_in_home(keys)
         for key in keys:
             spec = self.graph.nodes[key]
@@ -195,7 +206,7 @@ class SeaEngine:
             logical = self.home / key
             if key in self._skip:
                 continue
-            if self.journal.get(key) is not None:
+            if planned and self.journal.get(key) is not None:
                 # Sea's own leftovers from an earlier run of a node that must run again
                 if key in present:
                     self._clear(logical)
@@ -229,6 +240,16 @@ class SeaEngine:
         """Nothing of this node exists in the home: it must run, and no cache check can say otherwise."""
         return key in self._fresh
 
+    def is_settled(self, key: str) -> bool:
+        """The node's directory will not move before the run ends: evicted (its copy home, if it
+        persists, in place), in the home already, kept by a rule, or kept on its tier because a
+        flush failed (the run will then end in SeaFlushError)."""
+        node = self._nodes[key]
+        if node.evicted or node.state is State.FAILED:
+            return True
+        p = node.placement
+        return node.state is State.FINISHED and not node.flushes_pending and (node.keep or node.flush_failed or p is None or p.tier.is_home)
+
     def physical_dir(self, key: str) -> Path | None:
         """Where a placed, not yet evicted node's directory really is (to read its results without
         going through its link in the home)."""
@@ -237,9 +258,9 @@ class SeaEngine:
             return None
         return node.placement.physical
 
-    def _check_rules(self, graph: WorkflowGraph) -> None:
-        probes = [f"{key}/{name}" for key in graph.nodes for name in _PROBE_NAMES]
-        anchors = list(graph.nodes)
+    def _check_rules(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = ()) -> None:
+        anchors = [*graph.nodes, *keys_like]
+        probes = [f"{key}/{name}" for key in anchors for name in _PROBE_NAMES]
         for spec in graph.nodes.values():
             if spec.sink_destination is not None:
                 dest = self._rule_path(spec.sink_destination / "x")
@@ -252,7 +273,7 @@ class SeaEngine:
             if any(a.startswith(prefix) or prefix.startswith(a) for a in anchors):
                 self.log.warning("[Sea] rules[%d] %r matches no file known before the run; it may match files made at run time", i, rule.pattern)
                 continue
-            example = next(iter(graph.nodes), "wf/node")
+            example = next(iter(anchors), "wf/node")
             raise SeaConfigError(
                 f"rules[{i}]: pattern {rule.pattern!r} matches no path this workflow can produce "
                 f"(paths are relative to the home, like {example + '/_report/report.rst'!r}); fix the pattern or remove the rule"
@@ -453,7 +474,7 @@ class SeaEngine:
         self.hierarchy.settle(p.tier, p.reserved, part.size)
         self.estimator.learn(part.spec.kind, part.size)
 
-    def retry_elsewhere(self, key: str, error_text: str) -> Placement | None:
+    def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, place it on the next tier and
         return the new placement so the adapter reruns it; otherwise ``None``."""
         with self._lock:
@@ -467,7 +488,7 @@ class SeaEngine:
             self.estimator.learn(node.spec.kind, 2 * p.reserved)
             self._drop_placement(node)
             node.state = State.WAITING
-            return self.place(key)
+            return self.place(key, link=link)
 
     def node_failed(self, key: str) -> None:
         """The node failed for good (the engine writes its crash file); its directory comes home at close."""
@@ -570,6 +591,12 @@ class SeaEngine:
         self._wake()
 
     def _dir_committed(self, batch: FlushBatch) -> None:
+        node = self._nodes[batch.key]
+        if self._relocate is not None and not batch.errors and node.home_copy_complete:
+            try:
+                self._relocate(node.home_copy, node.placement.physical, node.placement.logical)
+            except Exception as error:  # the copy would not be right: keep the tier's, report it
+                batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
         with self._lock:
             self._settle_batch(batch)
             self._maybe_evict(batch.key)

@@ -11,9 +11,11 @@ from fileformats.generic import File
 from pydra.compose import python, shell, workflow
 
 
-def make_images(directory: Path, n: int, side: int = 24) -> list[Path]:
+def make_images(directory: Path, n: int, side: int = 24, seed: int = 0) -> list[Path]:
+    """``n`` 4D images. Tests in one process give each dataset its own ``seed``: Pydra 1.0a12 reuses
+    a nested workflow constructed for equal file contents at another path, which may be gone."""
     directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     paths = []
     for i in range(n):
         path = directory / f"sub-{i:02d}.nii"
@@ -66,3 +68,27 @@ def Study(in_files: list[File]) -> tuple[File, list[File]]:
     subject = workflow.add(Subject().split(in_file=in_files).combine("in_file"), name="subject")
     mean = workflow.add(Mean(in_files=subject.smoothed), name="mean")
     return mean.out, subject.copied
+
+
+@python.define(outputs=["out"])
+def WriteBig(mib: int) -> File:
+    out = os.path.abspath("big.bin")
+    with open(out, "wb") as f:
+        for i in range(mib):
+            f.write(bytes([i % 251]) * 2**20)
+    return File(out)
+
+
+@python.define(outputs=["out"])
+def Checksum(in_file: File) -> str:
+    import hashlib
+
+    return hashlib.sha256(open(in_file, "rb").read()).hexdigest()
+
+
+@workflow.define(outputs=["big", "digest"])
+def Big(mib: int) -> tuple[File, str]:
+    """A 40 MiB file where the tier has 32 MiB: the job runs out of space and must run elsewhere."""
+    write = workflow.add(WriteBig(mib=mib), name="write")
+    digest = workflow.add(Checksum(in_file=write.out), name="digest")
+    return write.out, digest.out

@@ -135,29 +135,70 @@ def small_dataset(disk_dir):
     return data, make_subjects(data, n_subjects=1, mib=0.5)
 
 
-@pytest.mark.parametrize(
-    "sea, words",
-    [
-        ({"tiers": [{"path": "/no/such/dir"}]}, ["does not exist"]),
-        (
-            {"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "nowhere/at/all/*.nii", "mode": "copy"}]},
-            ["matches no path this workflow can produce"],
-        ),
-        ({"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "re:^elsewhere/.*", "mode": "move"}]}, ["matches no path"]),
-        ({"tierz": 1}, ["unknown key"]),
-    ],
-)
+# bad configurations a run must refuse before its first node or task, in both adapters
+BAD_RUNS = [
+    ({"tiers": [{"path": "/no/such/dir"}]}, ["does not exist"]),
+    (
+        {"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "nowhere/at/all/*.nii", "mode": "copy"}]},
+        ["matches no path this workflow can produce"],
+    ),
+    ({"tiers": [{"path": "/dev/shm"}], "rules": [{"pattern": "re:^elsewhere/.*", "mode": "move"}]}, ["matches no path"]),
+    ({"tierz": 1}, ["unknown key"]),
+    ({"tiers": [{"path": "/dev/shm", "capacity": "12XB"}]}, ["'12XB' is not a size"]),
+]
+
+
+def on_test_tier(sea: dict, shm_dir) -> dict:
+    """``/dev/shm`` in a case stands for the test's own directory there."""
+    tiers = [{**t, "path": str(shm_dir)} if isinstance(t, dict) and t.get("path") == "/dev/shm" else t for t in sea.get("tiers", [])]
+    return {**sea, "tiers": tiers} if "tiers" in sea else sea
+
+
+@pytest.mark.parametrize("sea, words", BAD_RUNS)
 def test_bad_input_stops_the_workflow_before_any_node_runs(small_dataset, disk_dir, shm_dir, sea, words):
     data, subjects = small_dataset
     home, out = disk_dir / "work", disk_dir / "out"
-    sea = {k: ([{"path": str(shm_dir)}] if v == [{"path": "/dev/shm"}] else v) for k, v in sea.items()}
     with pytest.raises(SeaConfigError) as info:
-        run(build_full(data, subjects, home, out), "SeaMultiProc", sea)
+        run(build_full(data, subjects, home, out), "SeaMultiProc", on_test_tier(sea, shm_dir))
     message = one_line(info.value)
     assert all(w in message for w in words)
     assert not out.exists()
     assert not list(home.glob("study/**/result_*.pklz")) if home.exists() else True
     assert sea_private_dirs(shm_dir) == [], "a refused start left Sea's private directory on the tier"
+
+
+@pytest.mark.parametrize("sea, words", BAD_RUNS)
+def test_bad_input_stops_a_pydra_workflow_before_any_task_runs(disk_dir, shm_dir, sea, words):
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import Study, make_images
+
+    images = make_images(disk_dir / "data", 1, seed=11)
+    home = disk_dir / "work"
+    with pytest.raises(SeaConfigError) as info:
+        with Submitter(worker="sea", cache_root=home, n_procs=1, sea=on_test_tier(sea, shm_dir)) as sub:
+            sub(Study(in_files=images))
+    message = one_line(info.value)
+    assert all(w in message for w in words)
+    assert not list(home.glob("python-*")) + list(home.glob("shell-*")) if home.exists() else True, "a task ran"
+    assert sea_private_dirs(shm_dir) == [], "a refused start left Sea's private directory on the tier"
+
+
+def test_a_pydra_rule_on_job_directories_is_accepted(disk_dir, shm_dir):
+    """Pydra's job directories are named when they are made; a rule on their shape is checked
+    against that shape: here a copy of every job's result home."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import Study, make_images
+
+    images = make_images(disk_dir / "data", 1, seed=12)
+    sea = {"tiers": [{"path": str(shm_dir)}], "rules": [{"pattern": "python-*/_job.pklz", "mode": "copy"}]}
+    with Submitter(worker="sea", cache_root=disk_dir / "work", n_procs=1, sea=sea) as sub:
+        assert not sub(Study(in_files=images)).errored
+    assert len(list((disk_dir / "work").glob("python-*/_job.pklz"))) == 3  # scale, smooth, mean
+    assert sea_private_dirs(shm_dir) == []
 
 
 def test_rule_that_may_match_at_run_time_only_warns(small_dataset, disk_dir, shm_dir, caplog):

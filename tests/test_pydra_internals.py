@@ -3,11 +3,15 @@ installed Pydra: when one of these fails, Pydra changed and the adapter must fol
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
 
 import attrs  # noqa: E402
+from fileformats.generic import File  # noqa: E402
 from pydra.compose import python, workflow  # noqa: E402
 from pydra.engine.submitter import Submitter  # noqa: E402
 from pydra.workers import cf  # noqa: E402
@@ -88,3 +92,70 @@ def test_the_mount_table_cache_is_where_we_drop_it():
     assert FsMountIdentifier._mount_table is not None
     px_.forget_mount_table()
     assert FsMountIdentifier._mount_table is None
+
+
+@python.define(outputs=["out", "beside"])
+def Touch(name: str) -> tuple[File, list[str]]:
+    import os
+
+    with open(name, "w") as f:
+        f.write(name)
+    return File(os.path.abspath(name)), sorted(os.listdir(".."))  # what the job keeps in its cache_root
+
+
+@workflow.define(outputs=["out", "beside"])
+def One(name: str) -> tuple[File, list[str]]:
+    touch = workflow.add(Touch(name=name), name="touch")
+    return touch.out, touch.beside
+
+
+@attrs.define
+class Recorder(cf.ConcurrentFuturesWorker):
+    """Runs each node job in ``jobs_root``, as SeaWorker runs it on a tier."""
+
+    _plugin_name = "recorder"
+    jobs_root: Path = attrs.field(default=None)
+    jobs: list = attrs.field(factory=list)
+
+    def __getstate__(self):
+        return {**super().__getstate__(), "jobs": []}
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+
+    async def run(self, job, rerun=False):
+        self.jobs.append(job)
+        px_.run_under(job, self.jobs_root)
+        return await super().run(job, rerun=rerun)
+
+
+def test_job_files_results_and_cache_roots_are_what_the_adapter_expects(tmp_path):
+    """The names of a running job's side files, a result's paths rewritten for a moved directory,
+    the cache lookup order: what SeaWorker relies on to move a job's directory home."""
+    root = tmp_path / "tier"
+    root.mkdir()
+    worker = Recorder(n_procs=1, jobs_root=root)
+    with Submitter(worker=worker, cache_root=tmp_path / "wf") as sub:
+        result = sub(One(name="a.txt"))
+    (job,) = worker.jobs
+    names = {f"{job.checksum}.lock", f"{job.uid}_info.json", f"{job.checksum}_save.lock"}
+    assert set(result.outputs.beside) - {job.checksum} <= names, "a running job keeps other files beside its directory"
+    assert names & set(result.outputs.beside), "the side files are named differently"
+    px_.remove_side_files(job, root)
+
+    home = tmp_path / "home"
+    home.mkdir()
+    copy = home / ".moving"
+    shutil.copytree(root / job.checksum, copy)
+    px_.relocate_result(copy, root / job.checksum, home / job.checksum)
+    assert px_.cached_result(job, home) is None, "a directory not yet in place was found"
+    copy.rename(home / job.checksum)
+    moved = px_.cached_result(job, home)
+    assert Path(moved.outputs.out) == home / job.checksum / "a.txt" and Path(moved.outputs.out).read_text() == "a.txt"
+    assert Path(moved.cache_dir) == home / job.checksum
+
+    px_.look_home_first(job, home, root)
+    assert job.all_caches[:2] == [home, root]
+    assert Path(job.result().outputs.out).is_relative_to(home)
+    shutil.rmtree(home / job.checksum)
+    assert Path(job.result().outputs.out).is_relative_to(root), "the other root is not searched after the home"

@@ -4,6 +4,8 @@ on the tiers, outputs identical to Pydra's cf worker."""
 from __future__ import annotations
 
 import filecmp
+import hashlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ from pydra_sea import SeaWorker  # noqa: E402
 from sea import SeaConfigError  # noqa: E402
 from sea.report import RunReport  # noqa: E402
 
-from pydra_workflows import Study, make_images  # noqa: E402
+from pydra_workflows import Big, Study, make_images  # noqa: E402
 
 
 @python.define
@@ -83,8 +85,9 @@ def _files(outputs) -> list[Path]:
 
 def test_study_on_the_tiers_matches_cf_and_leaves_only_outputs_home(tmp_path, shm_dir):
     """Python tasks with nibabel, a shell task (cp), a nested workflow split and combined: task
-    directories run on the tier, the workflow's outputs are byte-identical to cf's and in the home,
-    the tier is empty at the end, and a second run executes nothing."""
+    directories run on the tier, the jobs giving the workflows their outputs are staged home in the
+    background, the outputs are byte-identical to cf's and hard-linked as cf's are, the tier is
+    empty at the end, and a second run executes nothing, even without the workflow's directory."""
     images = make_images(tmp_path / "data", 3)
     with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
         theirs = sub(Study(in_files=images))
@@ -96,16 +99,27 @@ def test_study_on_the_tiers_matches_cf_and_leaves_only_outputs_home(tmp_path, sh
     for mine, ref in zip(_files(ours.outputs), _files(theirs.outputs), strict=True):
         assert mine.is_relative_to(home) and mine.is_file(), f"{mine} is not in the home"
         assert filecmp.cmp(mine, ref, shallow=False), f"{mine} differs from cf's {ref}"
+        # Pydra hard-linked the job's file into the workflows' directories: it was home already
+        assert mine.stat().st_nlink == ref.stat().st_nlink, f"{mine} was copied, not linked"
     assert not list(shm_dir.iterdir()), "the tier is not empty at the end"
-    assert not list(home.glob("python-*")) and not list(home.glob("shell-*")), "task directories reached the home"
+    jobs_home = sorted(p.name.split("-")[0] for p in home.iterdir() if p.name.startswith(("python-", "shell-")))
+    assert jobs_home == ["python"] + ["shell"] * 3, "only the group mean and the 3 copies (the outputs) come home"
     report = RunReport.from_json(home / "sea-report.json")
     assert report.nodes_run == 10 and report.tiers[0].nodes_placed == 10  # 3 subjects x (scale, smooth, copy) + mean
+    assert report.files_flushed >= 4 * 3  # each output job's output, _job.pklz and _result.pklz
     assert report.tiers[0].peak_bytes > 0
 
     with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
         again = sub(Study(in_files=images))
     assert _files(again.outputs) == _files(ours.outputs)
     assert RunReport.from_json(home / "sea-report.json").nodes_run == 0, "the second run executed tasks"
+
+    shutil.rmtree(Path(ours.cache_dir))  # the top workflow's directory: Pydra must expand it again
+    with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
+        third = sub(Study(in_files=images))
+    assert not third.errored and RunReport.from_json(home / "sea-report.json").nodes_run == 0, "jobs home were run again"
+    for mine, ref in zip(_files(third.outputs), _files(theirs.outputs), strict=True):
+        assert filecmp.cmp(mine, ref, shallow=False)
 
 
 def test_the_pydra_incrementation_example_matches_cf(tmp_path, shm_dir):
@@ -142,3 +156,43 @@ def test_tasks_spill_to_the_next_tier_when_a_small_tmpfs_is_full(tmp_path, small
     assert small.nodes_placed > 0 and small.spills > 0 and next_tier.nodes_placed > 0, report.to_text()
     assert small.peak_bytes <= 24 * 2**20
     assert not list(small_tmpfs.iterdir()) and not list(shm_dir.iterdir())
+
+
+def test_a_job_out_of_space_on_a_tier_runs_again_on_the_next(tmp_path, tmpfs_factory, shm_dir):
+    tiny = tmpfs_factory("32M")
+    sea = {"tiers": [{"path": str(tiny)}, {"path": str(shm_dir)}], "default_node_size": "1KiB"}
+    home = tmp_path / "home"
+    with Submitter(worker="sea", cache_root=home, n_procs=1, sea=sea) as sub:
+        result = sub(Big(mib=40))
+    assert not result.errored
+    report = RunReport.from_json(home / "sea-report.json")
+    assert report.success and report.enospc_retries == 1, report.to_text()
+    assert Path(result.outputs.big).stat().st_size == 40 * 2**20 and Path(result.outputs.big).is_relative_to(home)
+    assert result.outputs.digest == hashlib.sha256(Path(result.outputs.big).read_bytes()).hexdigest()
+    assert not list(tiny.iterdir()) and not list(shm_dir.iterdir())
+
+
+def test_a_free_process_goes_to_the_job_the_core_ranks_first():
+    """Pydra hands over every runnable job at once; which one gets a free process is the core's
+    order (here: by name), not the order they asked in; a cancelled waiter passes its turn on."""
+    import asyncio
+
+    from pydra_sea.worker import _Processes
+
+    async def main():
+        processes, started = _Processes(1, sorted), []
+
+        async def job(key, hold):
+            async with processes.one_for(key):
+                started.append(key)
+                await asyncio.sleep(hold)
+
+        first = asyncio.create_task(job("z-first", 0.05))
+        await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(job(k, 0)) for k in ("c", "a", "d", "b")]
+        await asyncio.sleep(0)
+        waiting[1].cancel()  # "a" gives up before its turn
+        await asyncio.gather(first, *waiting, return_exceptions=True)
+        return started
+
+    assert asyncio.run(main()) == ["z-first", "b", "c", "d"]
