@@ -10,19 +10,23 @@ Both are one :class:`~sea.SeaConfigError` line, as with SeaMultiProc.
 What the worker does with a workflow's jobs (the decisions are the core's, :class:`~sea.SeaEngine`):
 
 - each job's directory (``<cache_root>/<checksum>`` under Pydra's own worker) is created on the
-  fastest tier with room instead, by pointing the job's ``cache_root`` there; consumers find its
-  result there through the same job object;
-- a job's directory is evicted once every job of every successor node finished (Pydra starts a node
-  only when all its predecessors finished, so that is when no consumer can appear any more); jobs
-  of the nodes that give the workflow its outputs are kept until the workflow finished, because
-  Pydra then copies those outputs into the workflow's own directory, in the home.
+  fastest tier with room instead, by pointing the job's ``cache_root`` there, when a process is free
+  for it; which waiting job gets a free process is the core's order (inputs on the fastest tier
+  first, then the deepest); a job that runs out of space runs again on the next tier;
+- a job no other node reads (it gives the workflow an output) persists: once it finished, Sea's
+  stager copies its directory home in the background, the core has its ``_result.pklz`` rewritten
+  for the home, and the copy replaces the job's path there in one rename; the job returns to Pydra
+  only then, so the workflow hard-links its outputs from the home instead of copying them from a
+  tier at the end, and a later run finds the job in Pydra's cache;
+- any other job's directory is evicted once every job of every successor node finished (Pydra
+  starts a node only when all its predecessors finished, so that is when no consumer can appear
+  any more); an output that other nodes also read stays on its tier until the workflow copied it;
+- a job Pydra's cache holds in the home (an earlier run) is not placed nor run.
 
-Not yet: the outputs reach the home through Pydra's copy at the end of the workflow, not through
-Sea's background stager; nested workflows' own directories stay in the home; a job that runs out of
-space is not moved to the next tier. What Pydra 1.0a12 does not let a worker decide: the order of
-jobs across nodes (a node starts when every job of every predecessor node is done, see
-``NodeExecution.get_runnable_tasks``), so SeaMultiProc's depth-first ordering needs that changed
-upstream first.
+Not yet: nested workflows' own directories stay in the home. What Pydra 1.0a12 does not let a
+worker decide: the order of jobs across nodes (a node starts when every job of every predecessor
+node is done, see ``NodeExecution.get_runnable_tasks``), so SeaMultiProc's depth-first ordering
+across subjects needs that changed upstream first.
 """
 
 from __future__ import annotations
