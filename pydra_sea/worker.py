@@ -121,7 +121,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         # which waiting job gets a free process is the core's choice (locality, then depth)
         async with self._slots.one_for(key):
             result = await self._run_placed(job, key, rerun)
-            px_.look_home_first(job, home, engine.physical_dir(key).parent)
+            if key in self._persisted:  # its directory will move home (Pydra asks the tier until then)
+                px_.look_home_first(job, home, engine.physical_dir(key).parent)
             engine.node_finished(key)
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
