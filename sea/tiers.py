@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class StorageHierarchy:
         for i, spec in enumerate(specs):
             where = f"tiers[{i}]" if config.tiers is not None else "discovered tier"
             root = Path(spec.path)
+            _refuse_planted(root, spec.path, where)
             try:
                 root.stat()
             except PermissionError as exc:
@@ -228,6 +230,29 @@ def discover_tiers(home: Path) -> list[TierSpec]:
     if not found:
         logger.warning("[Sea] no node-local tier found ($SLURM_TMPDIR, $TMPDIR, /dev/shm); nodes run in the home")
     return found
+
+
+def _refuse_planted(path: Path, written: str, where: str) -> None:
+    """In a world-writable directory (``/dev/shm``, ``/tmp``) anyone can create the tier's path
+    before us: a symbolic link there could send our files anywhere, a directory of someone else's
+    lets its owner read or swap them. Refused, never followed."""
+    try:
+        st = os.lstat(path)
+        parent = os.stat(path.parent)
+    except OSError:
+        return  # missing: reported as such by the caller
+    if not parent.st_mode & stat.S_IWOTH:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise SeaConfigError(
+            f"{where}: {written!r} is a symbolic link in the world-writable {str(path.parent)!r}, which anyone could "
+            "have planted; give the directory it should be, or a tier path you created"
+        )
+    if st.st_uid not in (os.getuid(), 0):
+        raise SeaConfigError(
+            f"{where}: {written!r} in the world-writable {str(path.parent)!r} belongs to uid {st.st_uid}, not to you; "
+            "remove it or choose another path"
+        )
 
 
 def _device(path: Path) -> int:

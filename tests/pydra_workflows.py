@@ -92,3 +92,16 @@ def Big(mib: int) -> tuple[File, str]:
     write = workflow.add(WriteBig(mib=mib), name="write")
     digest = workflow.add(Checksum(in_file=write.out), name="digest")
     return write.out, digest.out
+
+
+@python.define(outputs=["out"])
+def Explode(in_file: File) -> File:
+    raise RuntimeError(f"this task fails on purpose ({os.path.basename(in_file)})")
+
+
+@workflow.define(outputs=["scaled", "exploded"])
+def HalfBroken(in_file: File) -> tuple[File, File]:
+    """Two independent branches, one of which fails: the other's output must still come home."""
+    scale = workflow.add(Scale(in_file=in_file, factor=3.0), name="scale")
+    boom = workflow.add(Explode(in_file=in_file), name="boom")
+    return scale.out, boom.out

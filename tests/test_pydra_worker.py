@@ -22,7 +22,7 @@ from pydra_sea import SeaWorker  # noqa: E402
 from sea import SeaConfigError  # noqa: E402
 from sea.report import RunReport  # noqa: E402
 
-from pydra_workflows import Big, Study, make_images  # noqa: E402
+from pydra_workflows import Big, HalfBroken, Study, make_images  # noqa: E402
 
 
 @python.define
@@ -196,3 +196,24 @@ def test_a_free_process_goes_to_the_job_the_core_ranks_first():
         return started
 
     assert asyncio.run(main()) == ["z-first", "b", "c", "d"]
+
+
+def test_a_failing_task_leaves_what_cf_leaves_and_its_sibling_comes_home(tmp_path, shm_dir):
+    """The failed job's directory, with Pydra's crash file, ends up where cf leaves it (in the cache);
+    the independent branch's output is committed there too; nothing stays on the tier."""
+    (image,) = make_images(tmp_path / "data", 1, seed=3)
+    homes = {"cf": tmp_path / "cf", "sea": tmp_path / "home"}
+    results = {}
+    for worker, home in homes.items():
+        options = {"sea": {"tiers": [{"path": str(shm_dir)}]}} if worker == "sea" else {}
+        with Submitter(worker=worker, cache_root=home, n_procs=2, **options) as sub:
+            results[worker] = sub(HalfBroken(in_file=image))
+    assert results["cf"].errored and results["sea"].errored
+    crashed = {w: sorted(p.parent.name for p in home.glob("python-*/_error.pklz")) for w, home in homes.items()}
+    assert crashed["sea"] == crashed["cf"] and len(crashed["cf"]) == 1, crashed
+    scaled = {w: sorted(home.glob("python-*/scaled.nii")) for w, home in homes.items()}
+    assert [p.parent.name for p in scaled["sea"]] == [p.parent.name for p in scaled["cf"]] and len(scaled["cf"]) == 1
+    assert filecmp.cmp(scaled["sea"][0], scaled["cf"][0], shallow=False)
+    report = RunReport.from_json(homes["sea"] / "sea-report.json")
+    assert report.nodes_failed == 1 and report.nodes_run == 1
+    assert not list(shm_dir.iterdir())
