@@ -30,6 +30,7 @@ import nipype
 from nipype.pipeline.engine import MapNode
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
 
+from sea.interrupt import stop_process_pool
 from sea.tiers import key_in_private_dir
 
 TESTED_RANGE = ("1.8", "1.13")  # [lowest tested, first untested)
@@ -218,9 +219,13 @@ class EventedMultiProc(MultiProcPlugin):
         self.proc_pending[jobid] = True
         self._task_finished_cb(jobid, cached=True)
 
-    def shutdown_pool(self) -> None:
-        """Wait for jobs still running (a crash ends the loop, not the worker processes)."""
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def shutdown_pool(self, wait: bool = True) -> None:
+        """Wait for jobs still running (a crash ends the loop, not the worker processes); after an
+        interrupt (``wait=False``), stop them instead: they run again next time."""
+        if wait:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        else:
+            stop_process_pool(self.pool)
 
     # Nipype's private hooks ----------------------------------------------------
     def run(self, graph, config, updatehash=False):

@@ -43,6 +43,7 @@ import attrs
 from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+from sea.interrupt import TerminateAsInterrupt, stop_process_pool
 
 from . import _pydra_internals as px_
 
@@ -68,6 +69,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _persisted: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # keys whose directory comes home
     _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> futures waiting for it to settle
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
+    _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
+    _interrupt: TerminateAsInterrupt = attrs.field(factory=TerminateAsInterrupt, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():
@@ -77,6 +80,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     async def submit(self, job, rerun: bool = False):
         top = self.engine is None
         if top:
+            self._interrupt.install()  # a batch system's SIGTERM stops the run as Ctrl-C does (see close)
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self._loop_of_run = asyncio.get_running_loop()
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result)
@@ -85,6 +89,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()
                 self.engine = None
+                self._interrupt.restore()
                 raise
         self._workflows.append(job)
         success = False
@@ -93,16 +98,36 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             success = True
             return result
         finally:
-            self._workflows.remove(job)
+            if job in self._workflows:
+                self._workflows.remove(job)
             held = self._held.pop(id(job), [])
             if held and self.engine is not None:
                 self.engine.seal(held)  # Pydra has copied them into the workflow's directory
-            if top:
-                engine, self.engine = self.engine, None
-                self._registered.clear()
-                self._persisted.clear()
-                self._slots = self._loop_of_run = None  # bound to this run's event loop
+            if top and self.engine is not None:  # None: close() ended an interrupted run already
+                engine = self._forget_run()
                 await asyncio.get_running_loop().run_in_executor(None, engine.close, success)
+
+    def _forget_run(self) -> SeaEngine | None:
+        engine, self.engine = self.engine, None
+        self._registered.clear()
+        self._persisted.clear()
+        self._slots = self._loop_of_run = None  # bound to this run's event loop
+        self._interrupt.restore()
+        return engine
+
+    def close(self) -> None:
+        """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM: Pydra's event
+        loop let the KeyboardInterrupt through and never finished its coroutine. The running jobs
+        are dropped (they run again next time), the flushes under way commit."""
+        if self.engine is not None:
+            stop_process_pool(self.pool)
+            for job, root in self._running.values():
+                px_.remove_side_files(job, root)
+            self._running.clear()
+            self._workflows.clear()
+            self._waiting.clear()
+            self._forget_run().close(success=False, interrupted=True)
+        super().close()
 
     async def run(self, job, rerun: bool = False):
         found = self._locate(job)
@@ -131,20 +156,25 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return result
 
     async def _run_placed(self, job, key: str, rerun: bool):
-        placement = self.engine.place(key, link=False)
+        engine = self.engine
+        placement = engine.place(key, link=False)
         while True:
             px_.run_under(job, placement.physical.parent)
+            self._running[key] = (job, placement.physical.parent)
             try:
                 return await super().run(job, rerun=rerun)
             except Exception as error:
                 px_.remove_side_files(job, placement.physical.parent)
-                placement = self.engine.retry_elsewhere(key, f"{error!r} {error}", link=False)
+                placement = engine.retry_elsewhere(key, f"{error!r} {error}", link=False)
                 if placement is None:
-                    self.engine.node_failed(key)
+                    engine.node_failed(key)
                     raise
-            except BaseException:
-                self.engine.node_failed(key)
+            except BaseException:  # cancelled; or closed with the loop after Ctrl-C (close() ended the run)
+                if self.engine is engine:
+                    engine.node_failed(key)
                 raise
+            finally:
+                self._running.pop(key, None)
 
     @classmethod
     def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool):
@@ -214,7 +244,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=TerminateAsInterrupt())  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

@@ -675,8 +675,12 @@ class SeaEngine:
         done = self.report.nodes_run + self.report.nodes_cached
         self.log.info("[Sea] %d/%d nodes done (%s), stager queue %d files", done, self.report.nodes_total, key, self.stager.queue_length)
 
-    def close(self, success: bool = True) -> RunReport:
+    def close(self, success: bool = True, interrupted: bool = False) -> RunReport:
         """Wait for every flush to commit, evict what is left on the tiers, write the report.
+
+        ``interrupted`` (Ctrl-C, SIGTERM): the flushes already submitted still commit (they are a
+        rerun's starting point), the directories of nodes that were running are dropped (they run
+        again; their journal record says started, not done), and the journal records the stop.
 
         Raises :class:`SeaFlushError` when a declared output could not be committed; its fast-tier
         copy is kept and its location is in the message.
@@ -684,17 +688,31 @@ class SeaEngine:
         if self._closed:
             return self.report
         self._closed = True
+        self.report.interrupted = interrupted
         self.report.stager_wait_seconds += self.stager.drain()
         with self._lock:
             for node in self._nodes.values():
                 node.consumers_left.clear()  # nothing runs any more
+                node.open_ended = False
+                if interrupted and node.state is State.RUNNING and node.placement is not None and not node.part_of:
+                    for part in self._separate_parts(node):
+                        self._drop_placement(part)
+                    if not node.placement.tier.is_home:
+                        self._drop_placement(node)
+                    continue
                 if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
+                    copy = node.placement.logical.parent / f".{node.placement.logical.name}{TMP_MARK}dir"
+                    files = [(f, copy / rel) for f, rel in self._node_files(node)]
+                    if not files:  # stopped before it wrote anything: nothing to inspect
+                        self._drop_placement(node)
+                        continue
                     node.state = State.FINISHED  # bring a crashed node's directory home to inspect
-                    node.home_copy = node.placement.logical.parent / f".{node.placement.logical.name}{TMP_MARK}dir"
-                    node.home_copy_complete = True
-                    files = [(f, node.home_copy / rel) for f, rel in self._node_files(node)]
+                    node.home_copy, node.home_copy_complete = copy, True
                     self._submit(node, FlushBatch(node.spec.key, files, self._dir_committed))
         self.report.stager_wait_seconds += self.stager.drain()
+        if interrupted:
+            self.journal.write("interrupted", "", committed=self.report.files_flushed)
+            self.log.warning("[Sea] interrupted: %d files committed home before stopping; nodes that were running will run again", self.report.files_flushed)
         with self._lock:
             for key in self._nodes:
                 self._maybe_evict(key)

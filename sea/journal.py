@@ -34,6 +34,7 @@ class Journal:
     def __init__(self, path: Path):
         self.path = path
         self.records: dict[str, NodeRecord] = {}
+        self.stopped: dict | None = None  # this session's "interrupted" record: kept by the compaction
         self._lock = threading.Lock()
         if path.exists():
             self._replay()
@@ -67,6 +68,8 @@ class Journal:
 
     def _apply(self, entry: dict) -> None:
         key, event = entry["key"], entry["event"]
+        if event == "interrupted":  # about the run, not a node
+            return
         rec = self.records.setdefault(key, NodeRecord())
         if event == "started":
             self.records[key] = NodeRecord(chain=entry["chain"])
@@ -86,6 +89,8 @@ class Journal:
     def write(self, event: str, key: str, **data: object) -> None:
         entry = {"event": event, "key": key, **data}
         with self._lock:
+            if event == "interrupted":
+                self.stopped = entry
             self._apply(entry)
             self._lines.put(json.dumps(entry, sort_keys=True) + "\n")
 
@@ -102,6 +107,8 @@ class Journal:
                 for key, rec in sorted(self.records.items()):
                     for entry in _entries(key, rec):
                         fh.write(json.dumps(entry, sort_keys=True) + "\n")
+                if self.stopped is not None:
+                    fh.write(json.dumps(self.stopped, sort_keys=True) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)

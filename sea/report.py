@@ -41,6 +41,7 @@ class RunReport:
     nodes_run: int = 0
     nodes_cached: int = 0  # the engine's own cache check, or Sea's resume plan
     nodes_failed: int = 0
+    interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     tiers: list[TierReport] = field(default_factory=list)
     bytes_flushed: int = 0

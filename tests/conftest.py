@@ -12,6 +12,19 @@ from pathlib import Path
 import pytest
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", help="also run the tests marked slow (full-size kill matrix, benchmarks)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @contextlib.contextmanager
 def mounted_tmpfs(size: str, parent: str = "/var/tmp"):
     """A fresh tmpfs of ``size`` (e.g. "8M"), unmounted afterwards even if the test fails."""

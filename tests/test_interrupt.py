@@ -1,0 +1,69 @@
+"""Ctrl-C (SIGINT) and a batch system's SIGTERM, sent to the whole process group as a terminal and
+SLURM do, stop a run cleanly through both adapters: the copies under way are committed (none is
+left half-written under a temporary name), the journal records the stop, the tiers are left empty,
+and a rerun completes with byte-identical outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from sea.report import RunReport
+from sea.stager import TMP_MARK
+
+from example_runs import ROOT, Pipeline, adapters, wait_for_run_start
+
+
+def wait_for(pipeline: Pipeline, root, proc, event: str, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while pipeline.journal_events(root).get(event, 0) < count and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("adapter", adapters())
+def test_a_stopped_run_commits_what_is_under_way_and_resumes(adapter, signum, disk_dir, shm_dir):
+    pipeline = Pipeline(adapter)
+    reference = disk_dir / "reference"
+    subprocess.run(pipeline.command(reference, shm_dir), check=True, capture_output=True, cwd=ROOT, timeout=300)
+    expected = pipeline.final_files(reference)
+
+    root = disk_dir / "stopped"
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # a hang is reported with every thread's stack
+    proc = subprocess.Popen(pipeline.command(root, shm_dir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True, env=env)
+    wait_for_run_start(pipeline, root, proc)
+    wait_for(pipeline, root, proc, "done", 10)  # mid-run: some nodes done, flushes under way
+    assert proc.poll() is None, "the run ended before it could be stopped"
+    stopped_at = time.monotonic()
+    os.killpg(proc.pid, signum)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        output, _ = proc.communicate()
+        pytest.fail(f"the stopped run did not exit within 60 s; its threads:\n{output.decode()[-6000:]}")
+    took = time.monotonic() - stopped_at
+    assert proc.returncode != 0, "a stopped run reported success"
+
+    home = pipeline.home(root)
+    temporaries = [p for p in root.rglob(f"*{TMP_MARK}*")]
+    assert temporaries == [], f"copies left half-done: {temporaries}"
+    stops = [json.loads(line) for line in (home / ".sea" / "journal.jsonl").read_text().splitlines() if '"interrupted"' in line]
+    assert len(stops) == 1, output.decode()[-3000:]
+    report = RunReport.from_json(home / "sea-report.json")
+    assert report.interrupted and not report.success
+    assert stops[0]["committed"] == report.files_flushed
+    assert list(shm_dir.iterdir()) == [], "the stop left Sea's directory on the tier"
+    for name, data in pipeline.final_files(root).items():
+        assert data == expected[name], f"{name} is partial after the stop"
+
+    rerun = subprocess.run(pipeline.command(root, shm_dir), capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert pipeline.final_files(root) == expected
+    again = RunReport.from_json(home / "sea-report.json")
+    print(f"\n{adapter} {signal.Signals(signum).name}: stopped in {took:.2f} s, {report.files_flushed} files committed before stopping; rerun executed {again.nodes_run}/{again.nodes_total}")
