@@ -16,7 +16,7 @@ from pathlib import Path
 import nipype
 
 from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
-from sea.interrupt import TerminateAsInterrupt
+from sea.interrupt import StopSignals
 
 from . import _nipype_internals as nx_
 from .graph import node_specs
@@ -59,18 +59,20 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.engine.abort()  # leave no private directory behind on the tiers
             self.shutdown_pool()
             raise
-        success = interrupted = False
+        success = False
+        stop = StopSignals().install()  # a batch system's SIGTERM stops the run as Ctrl-C does
         try:
-            with TerminateAsInterrupt():  # a batch system's SIGTERM stops the run as Ctrl-C does
-                result = super().run(graph, config, updatehash=updatehash)
+            result = super().run(graph, config, updatehash=updatehash)
             success = True
             return result
-        except KeyboardInterrupt:
-            interrupted = True
-            raise
         finally:
+            stop.quiet()
+            interrupted = stop.received is not None
             self.shutdown_pool(wait=not interrupted)  # interrupted: the running nodes run again next time
-            self.report = self.engine.close(success=success, interrupted=interrupted)
+            try:
+                self.report = self.engine.close(success=success, interrupted=interrupted)
+            finally:
+                stop.restore()
 
     def _node_key(self, node) -> str:
         return self.engine.key_for(nx_.logical_dir(node))

@@ -12,6 +12,8 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   read with ``pydra.engine.result.load_result`` (the first root holding the job's directory wins);
 - the files a running job keeps in its ``cache_root`` (``<checksum>.lock``, ``<uid>_info.json``,
   ``<checksum>_save.lock``; ``Job.uid``), removed after a job that failed while saving;
+- a workflow's ``_result.pklz`` saved by a run that a KeyboardInterrupt stopped (no outputs, not
+  errored: Pydra would take it as done), removed;
 - a job's ``_result.pklz`` (a pickled ``Result`` whose ``outputs`` hold fileformats ``FileSet``
   objects with absolute ``fspaths``, and ``cache_dir``): rewritten for a directory moved home;
 - fileformats' ``FsMountIdentifier._mount_table``: a cache of the mount table taken once per
@@ -112,6 +114,24 @@ def remove_side_files(job, root: Path) -> None:
     left behind when it failed while saving its result (out of space)."""
     for name in (f"{job.checksum}.lock", f"{job.uid}_info.json", f"{job.checksum}_save.lock"):
         Path(root, name).unlink(missing_ok=True)
+
+
+def discard_unfinished_result(job) -> bool:
+    """Pydra saves a job's result in a ``finally``; a run stopped by Ctrl-C or SIGTERM (a
+    ``KeyboardInterrupt``, not an ``Exception``) leaves a workflow result with no outputs that is not
+    marked errored, which the next run would return as done. Removes such a result."""
+    import cloudpickle as cp
+
+    path = Path(job.cache_dir) / "_result.pklz"
+    try:
+        with open(path, "rb") as f:
+            result = cp.load(f)
+    except Exception:  # absent, or cut short: Pydra's own check rejects it
+        return False
+    if result.outputs is None and not result.errored:
+        path.unlink()
+        return True
+    return False
 
 
 def look_home_first(job, home: Path, elsewhere: Path) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import typing as ty
@@ -43,7 +44,7 @@ import attrs
 from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
-from sea.interrupt import TerminateAsInterrupt, stop_process_pool
+from sea.interrupt import StopSignals, stop_process_pool
 
 from . import _pydra_internals as px_
 
@@ -70,7 +71,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> futures waiting for it to settle
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
-    _interrupt: TerminateAsInterrupt = attrs.field(factory=TerminateAsInterrupt, init=False, repr=False, eq=False)
+    _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():
@@ -98,35 +99,45 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             success = True
             return result
         finally:
+            if not success:
+                px_.discard_unfinished_result(job)
             if job in self._workflows:
                 self._workflows.remove(job)
             held = self._held.pop(id(job), [])
             if held and self.engine is not None:
                 self.engine.seal(held)  # Pydra has copied them into the workflow's directory
             if top and self.engine is not None:  # None: close() ended an interrupted run already
-                engine = self._forget_run()
-                await asyncio.get_running_loop().run_in_executor(None, engine.close, success)
+                engine, interrupted = self._forget_run()
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, functools.partial(engine.close, success, interrupted=interrupted))
+                finally:
+                    self._interrupt.restore()
 
-    def _forget_run(self) -> SeaEngine | None:
+    def _forget_run(self) -> tuple[SeaEngine, bool]:
+        """End the run's state; the engine to close, and whether a stop signal came."""
+        self._interrupt.quiet()  # a second Ctrl-C must not cut the final flushes short
         engine, self.engine = self.engine, None
         self._registered.clear()
         self._persisted.clear()
         self._slots = self._loop_of_run = None  # bound to this run's event loop
-        self._interrupt.restore()
-        return engine
+        return engine, self._interrupt.received is not None
 
     def close(self) -> None:
         """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM: Pydra's event
         loop let the KeyboardInterrupt through and never finished its coroutine. The running jobs
         are dropped (they run again next time), the flushes under way commit."""
         if self.engine is not None:
+            self._interrupt.quiet()
             stop_process_pool(self.pool)
             for job, root in self._running.values():
                 px_.remove_side_files(job, root)
             self._running.clear()
             self._workflows.clear()
             self._waiting.clear()
-            self._forget_run().close(success=False, interrupted=True)
+            try:
+                self._forget_run()[0].close(success=False, interrupted=True)
+            finally:
+                self._interrupt.restore()
         super().close()
 
     async def run(self, job, rerun: bool = False):
@@ -160,21 +171,22 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         placement = engine.place(key, link=False)
         while True:
             px_.run_under(job, placement.physical.parent)
-            self._running[key] = (job, placement.physical.parent)
+            self._running[key] = (job, placement.physical.parent)  # until its process is done with it
             try:
-                return await super().run(job, rerun=rerun)
+                result = await super().run(job, rerun=rerun)
+                self._running.pop(key, None)
+                return result
             except Exception as error:
+                self._running.pop(key, None)
                 px_.remove_side_files(job, placement.physical.parent)
                 placement = engine.retry_elsewhere(key, f"{error!r} {error}", link=False)
                 if placement is None:
                     engine.node_failed(key)
                     raise
-            except BaseException:  # cancelled; or closed with the loop after Ctrl-C (close() ended the run)
+            except BaseException:  # cancelled, or Ctrl-C: its process may still hold it (close() cleans up)
                 if self.engine is engine:
                     engine.node_failed(key)
                 raise
-            finally:
-                self._running.pop(key, None)
 
     @classmethod
     def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool):
@@ -244,7 +256,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=TerminateAsInterrupt())  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals())  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

@@ -1,10 +1,15 @@
-"""SIGTERM ends a run the way Ctrl-C does.
+"""Ctrl-C and SIGTERM end a run the same way, and the adapters can tell that one did.
 
 A batch system stops a job at its time limit with SIGTERM, then SIGKILL some seconds later (SLURM:
 ``KillWait``, 30 s by default). Python's default for SIGTERM is to die on the spot, leaving copies
 half-written; as ``KeyboardInterrupt`` it unwinds through the adapters, which stop the running
 nodes and let the engine commit the flushes already under way (``SeaEngine.close(interrupted=True)``).
-Only the main thread can install a handler; elsewhere this does nothing.
+
+The signal reaches the worker processes too (a terminal and SLURM signal the whole process group);
+one of them dying can end the run with the engine's own error (Nipype: ``BrokenProcessPool``)
+before the main thread's handler has run, so the handler also records the signal (``received``).
+``quiet()`` stops it from raising while the adapter winds down, so a second Ctrl-C cannot cut the
+final flushes short. Only the main thread can install handlers; elsewhere this does nothing.
 """
 
 from __future__ import annotations
@@ -12,34 +17,42 @@ from __future__ import annotations
 import signal
 import threading
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-class TerminateAsInterrupt:
-    """Install with ``with TerminateAsInterrupt():`` or ``install()``/``restore()`` (idempotent)."""
+
+class StopSignals:
+    """``with StopSignals() as stop:`` or ``install()``/``quiet()``/``restore()`` (idempotent)."""
 
     def __init__(self) -> None:
-        self._previous: object | None = None
-        self._installed = False
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+        self._raising = True
 
-    def install(self) -> TerminateAsInterrupt:
-        if not self._installed and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-            self._installed = True
+    def install(self) -> StopSignals:
+        if not self._previous and threading.current_thread() is threading.main_thread():
+            self.received, self._raising = None, True
+            self._previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         return self
 
-    def restore(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
-            self._installed = False
+    def quiet(self) -> None:
+        """From now on a stop signal is only recorded."""
+        self._raising = False
 
-    def __enter__(self) -> TerminateAsInterrupt:
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.received = signum
+        if self._raising:
+            raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+
+    def __enter__(self) -> StopSignals:
         return self.install()
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
 
 
 def stop_process_pool(pool) -> None:

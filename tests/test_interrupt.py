@@ -19,6 +19,17 @@ from sea.stager import TMP_MARK
 from example_runs import ROOT, Pipeline, adapters, wait_for_run_start
 
 
+def crash_reports(home) -> str:
+    """Pydra's crash records under ``home``, to say why a rerun failed."""
+    import pickle
+
+    texts = []
+    for path in home.rglob("_error.pklz"):
+        with open(path, "rb") as f:
+            texts.append("".join(pickle.load(f).get("error message", []))[-1500:])
+    return "\n".join(texts)
+
+
 def wait_for(pipeline: Pipeline, root, proc, event: str, count: int) -> None:
     deadline = time.monotonic() + 120
     while pipeline.journal_events(root).get(event, 0) < count and proc.poll() is None and time.monotonic() < deadline:
@@ -58,12 +69,13 @@ def test_a_stopped_run_commits_what_is_under_way_and_resumes(adapter, signum, di
     report = RunReport.from_json(home / "sea-report.json")
     assert report.interrupted and not report.success
     assert stops[0]["committed"] == report.files_flushed
-    assert list(shm_dir.iterdir()) == [], "the stop left Sea's directory on the tier"
+    left = [str(p.relative_to(shm_dir)) for p in shm_dir.rglob("*")]
+    assert left == [], f"the stop left Sea's directory on the tier: {left[:12]}"
     for name, data in pipeline.final_files(root).items():
         assert data == expected[name], f"{name} is partial after the stop"
 
     rerun = subprocess.run(pipeline.command(root, shm_dir), capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:] + crash_reports(home)
     assert pipeline.final_files(root) == expected
     again = RunReport.from_json(home / "sea-report.json")
     print(f"\n{adapter} {signal.Signals(signum).name}: stopped in {took:.2f} s, {report.files_flushed} files committed before stopping; rerun executed {again.nodes_run}/{again.nodes_total}")
