@@ -68,4 +68,7 @@ def stop_process_pool(pool) -> None:
         if process.is_alive():
             process.terminate()
     for process in processes:
-        process.join(timeout=30)
+        process.join(timeout=5)
+        if process.is_alive():  # stuck on a queue lock a killed sibling held: it cannot finish
+            process.kill()
+            process.join(timeout=5)

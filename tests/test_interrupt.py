@@ -56,6 +56,8 @@ def test_a_stopped_run_commits_what_is_under_way_and_resumes(adapter, signum, di
         output, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGKILL)  # with any worker process it left behind
         output, _ = proc.communicate()
         pytest.fail(f"the stopped run did not exit within 60 s; its threads:\n{output.decode()[-6000:]}")
     took = time.monotonic() - stopped_at
