@@ -14,6 +14,7 @@ Facts relied upon (nipype 1.8-1.12):
 - ``Node.output_dir()`` is cached in ``Node._output_dir``; consumers read a producer's
   ``result_<name>.pklz`` at the path in ``node.input_source``, fixed before the run starts.
 - MapNode sub-nodes live in ``<mapnode dir>/mapflow`` and are tracked in ``mapnodesubids``.
+- MultiProc and its bases read from ``plugin_args`` only the keys of :data:`MULTIPROC_ARGS`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,41 @@ import nipype
 from nipype.pipeline.engine import MapNode
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
 
+from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
 from sea.interrupt import stop_process_pool
 from sea.tiers import key_in_private_dir
 
 TESTED_RANGE = ("1.8", "1.13")  # [lowest tested, first untested)
+
+
+def _optional(check):
+    """``check``, with ``None`` (Nipype's default) accepted too."""
+    return lambda value, what: value if value is None else check(value, what)
+
+
+def _callable(value, what):
+    if not callable(value):
+        raise SeaConfigError(f"{what} must be a function called with (node, status), not {value!r}")
+    return value
+
+
+# The plugin_args keys MultiProcPlugin, DistributedPluginBase and PluginBase read (``sea`` is
+# SeaMultiProc's own), with what Nipype needs of each value; ``maxtasksperchild`` and
+# ``non_daemon`` are LegacyMultiProc's, which MultiProc's docstring still lists and fMRIPrep passes.
+# tests/test_nipype_internals.py fails when Nipype reads a key missing here.
+MULTIPROC_ARGS = {
+    "n_procs": lambda value, what: check_whole_number(value, what, 1),
+    "memory_gb": check_positive_number,
+    "raise_insufficient": check_bool,
+    "n_gpu_procs": lambda value, what: check_whole_number(value, what, 0),
+    "mp_context": _optional(lambda value, what: check_choice(value, what, ["fork", "spawn", "forkserver"])),
+    "scheduler": _optional(lambda value, what: check_choice(value, what, ["tsort", "mem_thread"])),
+    "status_callback": _optional(_callable),
+    "max_jobs": lambda value, what: value if isinstance(value, float) and value == float("inf") else check_whole_number(value, what, 1),
+    "maxtasksperchild": _optional(lambda value, what: check_whole_number(value, what, 1)),
+    "non_daemon": check_bool,
+    "sea": lambda value, what: value,  # checked by SeaConfig.load
+}
 
 
 def _release(version: str) -> tuple[int, ...]:

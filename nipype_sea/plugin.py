@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 import nipype
 
 from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
+from sea.config import unknown_key
 from sea.interrupt import StopSignals
 
 from . import _nipype_internals as nx_
@@ -24,12 +26,27 @@ from .graph import node_specs
 logger = logging.getLogger("nipype.workflow")
 
 
+def check_plugin_args(plugin_args) -> dict:
+    """``plugin_args`` as a dict, once every key is one MultiProc (or Sea) reads and every value is
+    of the kind it needs: a typo or a wrong type fails before any node, as one line."""
+    if plugin_args is None:
+        return {}
+    if not isinstance(plugin_args, Mapping):
+        raise SeaConfigError(f"plugin_args must be a dict such as {{'n_procs': 4, 'sea': 'sea.yml'}}, not {plugin_args!r}")
+    known = list(nx_.MULTIPROC_ARGS)
+    for key, value in plugin_args.items():
+        if key not in nx_.MULTIPROC_ARGS:
+            raise unknown_key("plugin_args", key, known, valid="SeaMultiProc takes")
+        nx_.MULTIPROC_ARGS[key](value, f"plugin_args[{key!r}]")
+    return dict(plugin_args)
+
+
 class SeaMultiProcPlugin(nx_.EventedMultiProc):
     """MultiProc plus Sea: accepts every MultiProc key (``n_procs``, ``memory_gb``,
     ``raise_insufficient``, ``scheduler``, ...) and ``sea``."""
 
     def __init__(self, plugin_args=None):
-        plugin_args = dict(plugin_args or {})
+        plugin_args = check_plugin_args(plugin_args)
         self.sea_config = SeaConfig.load(plugin_args.get("sea"))  # a bad config fails here, before any node
         if not nx_.nipype_version_supported():
             warnings.warn(f"SeaMultiProc is tested with nipype {'-'.join(nx_.TESTED_RANGE)}, not {nipype.__version__}", stacklevel=2)

@@ -38,12 +38,14 @@ import logging
 import os
 import typing as ty
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import attrs
 from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+from sea.config import check_whole_number
 from sea.interrupt import StopSignals, stop_process_pool
 
 from . import _pydra_internals as px_
@@ -62,6 +64,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _plugin_name = "sea"  # the name Submitter(worker=...) uses (this module is outside pydra.workers)
 
     sea: SeaConfig = attrs.field(default=None, converter=_load)
+    # cf's pool, made once n_procs is checked (and sea loaded): attrs runs validators only after
+    # every default is made, and cf's pool takes any n_procs (0: ValueError, '2': TypeError, 2.5: made)
+    pool: ProcessPoolExecutor = attrs.field(eq=False, init=False, hash=False, repr=False)
     engine: SeaEngine | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _workflows: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # workflow jobs being expanded
     _registered: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # id() of NodeExecutions seen
@@ -72,6 +77,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
     _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
+
+    @pool.default
+    def _checked_pool(self) -> ProcessPoolExecutor:
+        check_whole_number(self.n_procs, "SeaWorker n_procs", 1)
+        return ProcessPoolExecutor(self.n_procs)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import numbers
 import os
 import re
 import string
@@ -27,6 +28,10 @@ ENV_VAR = "SEA_CONFIG"
 
 class SeaConfigError(ValueError):
     """A configuration problem, stated in one line with its fix."""
+
+    def __init__(self, message: str):
+        # one line, whatever a repr of the user's value (a 2-D array, a path with a newline) holds
+        super().__init__(" ".join(str(message).splitlines()))
 
 
 class Mode(str, enum.Enum):
@@ -181,7 +186,7 @@ class SeaConfig:
         known = cls.keys()
         for key in data:
             if key not in known:
-                raise SeaConfigError(f"{origin}: unknown key {key!r}{_did_you_mean(str(key), known)}; valid keys: {', '.join(known)}")
+                raise unknown_key(origin, key, known)
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
             kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
@@ -206,13 +211,62 @@ def _did_you_mean(word: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# ------------------------------------------------------------------ checks shared with the adapters
+# The wording of every message about a key or a value, for the config and for the adapters' own
+# arguments (SeaMultiProc's plugin_args, SeaWorker's n_procs) alike.
+def unknown_key(what: str, key: Any, known: list[str], valid: str = "valid keys") -> SeaConfigError:
+    """``key`` is not one of ``known``: the error, with the closest known key."""
+    return SeaConfigError(f"{what}: unknown key {key!r}{_did_you_mean(str(key), known)}; {valid}: {', '.join(known)}")
+
+
+def check_bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SeaConfigError(f"{what} must be true or false, not {value!r}")
+    return value
+
+
+def check_whole_number(value: Any, what: str, low: int = 1, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low or (high is not None and value > high):
+        limits = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise SeaConfigError(f"{what} must be a whole number {limits}, not {value!r}")
+    return int(value)
+
+
+def check_positive_number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < float("inf"):
+        raise SeaConfigError(f"{what} must be a number greater than 0, not {value!r}")
+    return value
+
+
+def check_choice(value: Any, what: str, choices: list[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise SeaConfigError(f"{what} {value!r} is not one of {', '.join(choices)}{_did_you_mean(str(value), choices)}")
+    return value
+
+
+def no_room(where: str, capacity: str) -> SeaConfigError:
+    return SeaConfigError(f"{where}: capacity {capacity!r} leaves no room; give a positive size")
+
+
 def _read_yaml(path: Path) -> Any:
-    if not path.is_file():
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        is_file = is_dir = False
+    if is_dir:
+        raise SeaConfigError(f"sea config file {str(path)!r} is a directory: give the path of a YAML file, or a dict")
+    if not is_file:
         raise SeaConfigError(
             f"sea config file {str(path)!r} does not exist: give the path of a YAML file, or a dict"
         )
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SeaConfigError(f"sea config file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}); give a YAML file") from None
+    except OSError as exc:
+        raise SeaConfigError(f"cannot read the sea config file {str(path)!r} ({exc.strerror}); check its permissions") from None
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -247,17 +301,24 @@ def _parse_tiers(value: Any, what: str) -> tuple[TierSpec, ...] | None:
             raise SeaConfigError(f"{where} must be a mapping with 'path' (and optional 'capacity'), not {item!r}")
         for key in item:
             if key not in ("path", "capacity"):
-                raise SeaConfigError(f"{where}: unknown key {key!r}{_did_you_mean(str(key), ['path', 'capacity'])}; a tier has 'path' and 'capacity'")
+                raise unknown_key(where, key, ["path", "capacity"], valid="a tier has")
         if not isinstance(item.get("path"), str) or not item["path"].strip():
             raise SeaConfigError(f"{where}: 'path' is missing or not a string; write path: /dev/shm")
+        if "\0" in item["path"]:
+            raise SeaConfigError(f"{where}: 'path' {item['path']!r} contains a NUL character; write the directory's path")
         capacity = item.get("capacity")
         if capacity is not None:
             capacity = str(capacity)
             try:
-                if parse_fraction(capacity) is None:
-                    parse_size(capacity)
+                share = parse_fraction(capacity)
+            except ValueError as exc:
+                raise SeaConfigError(f"{where}: capacity {exc}") from None
+            try:
+                size = parse_size(capacity) if share is None else None
             except ValueError as exc:
                 raise SeaConfigError(f"{where}: capacity {exc}, or a share like '80%'") from None
+            if size == 0:
+                raise no_room(where, capacity)
         tiers.append(TierSpec(path=expand_vars(item["path"], f"{where}.path"), capacity=capacity))
     return tuple(tiers)
 
@@ -276,8 +337,7 @@ def _parse_rules(value: Any, what: str) -> tuple[Rule, ...]:
         pattern, mode = item["pattern"], item["mode"]
         if not isinstance(pattern, str) or not pattern:
             raise SeaConfigError(f"{where}: pattern must be a non-empty string (a glob, or 're:' + a regex)")
-        if mode not in modes:
-            raise SeaConfigError(f"{where}: mode {mode!r} is not one of {', '.join(modes)}{_did_you_mean(str(mode), modes)}")
+        check_choice(mode, f"{where}: mode", modes)
         if pattern.startswith("re:"):
             try:
                 re.compile(pattern[3:])
@@ -287,27 +347,19 @@ def _parse_rules(value: Any, what: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def _parse_bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise SeaConfigError(f"{what} must be true or false, not {value!r}")
-    return value
-
-
 def _parse_threads(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
-        raise SeaConfigError(f"{what} must be a whole number from 1 to 64, not {value!r}")
-    return value
+    return check_whole_number(value, what, 1, 64)
 
 
 def _parse_report(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise SeaConfigError(f"{what} must be a file name such as 'sea-report.json', not {value!r}")
     return value
 
 
 def _parse_sinks(value: Any, what: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v.isidentifier() for v in value):
-        raise SeaConfigError(f"{what} must be a list of interface class names, e.g. [DataSink, DerivativesDataSink]")
+        raise SeaConfigError(f"{what} must be a list of interface class names, e.g. [DataSink, DerivativesDataSink], not {value!r}")
     return tuple(value)
 
 
@@ -321,7 +373,7 @@ def _parse_node_size(value: Any, what: str) -> int:
 _PARSERS = {
     "tiers": _parse_tiers,
     "rules": _parse_rules,
-    "keep_intermediates": _parse_bool,
+    "keep_intermediates": check_bool,
     "stager_threads": _parse_threads,
     "report": _parse_report,
     "sinks": _parse_sinks,

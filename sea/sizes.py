@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {
@@ -34,7 +35,9 @@ def parse_size(text: str | int | float) -> int:
         raise ValueError(f"{text!r} is not a size")
     if isinstance(text, (int, float)):
         if text < 0:
-            raise ValueError(f"{text!r} is negative")
+            raise ValueError(f"{text!r} is negative: give a size of 0 or more, e.g. '4GiB'")
+        if isinstance(text, float) and not math.isfinite(text):
+            raise ValueError(f"{text!r} is not a size: give a finite number of bytes, or a number with a unit, e.g. '4GiB'")
         return int(text)
     match = _SIZE.match(str(text))
     if not match or match.group(2).lower() not in _UNITS:
@@ -42,7 +45,10 @@ def parse_size(text: str | int | float) -> int:
             f"{text!r} is not a size: write a number with an optional unit "
             "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '4GiB'"
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is too large to be a size: write it with a unit, e.g. '4GiB'")
+    return int(value)
 
 
 def parse_fraction(text: str) -> float | None:

@@ -10,6 +10,7 @@ estimate and settles it when the node finishes.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from .config import SeaConfig, SeaConfigError, TierSpec
+from .config import SeaConfig, SeaConfigError, TierSpec, no_room
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -98,8 +99,9 @@ class StorageHierarchy:
                 root.stat()
             except PermissionError as exc:
                 raise SeaConfigError(f"{where}: cannot access {spec.path!r} ({exc.strerror}); check the permissions of it and its parents") from None
-            except OSError:
-                pass
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # a name too long, a link loop, an I/O error
+                    raise SeaConfigError(f"{where}: cannot access {spec.path!r} ({exc.strerror}); give a directory on node-local storage") from None
             if not root.exists():
                 raise SeaConfigError(f"{where}: path {spec.path!r} does not exist; create it or fix the path")
             if not root.is_dir():
@@ -118,14 +120,21 @@ class StorageHierarchy:
             seen_devices[dev] = spec.path
             if not os.access(root, os.W_OK | os.X_OK):
                 raise SeaConfigError(f"{where}: {spec.path!r} is not writable by this user; choose a directory you can write to")
-            checked.append((spec, root, _capacity(spec, root, where)))
+            checked.append((spec, root, _capacity(spec, root, where), where))
 
-        tiers = []
-        for i, (spec, root, capacity) in enumerate(checked):
+        tiers: list[Tier] = []
+        for i, (spec, root, capacity, where) in enumerate(checked):
             for stale in remove_dead_private_dirs(root):
                 logger.warning("[Sea] removed %s, left by a run that was killed", stale)
-            private = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
-            (private / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()} {home}\n")
+            private = None
+            try:
+                private = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
+                (private / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()} {home}\n")
+            except OSError as exc:  # writable by its mode, yet not (/proc, a full or read-only filesystem)
+                for made in [*(t.workdir for t in tiers), private]:
+                    if made is not None:
+                        shutil.rmtree(made, ignore_errors=True)
+                raise SeaConfigError(f"{where}: cannot create Sea's directory in {spec.path!r} ({exc.strerror}); choose a directory you can write to") from None
             tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private, capacity=capacity))
         return cls(tiers, Tier(name=f"home:{home}", root=home, workdir=home, is_home=True))
 
@@ -268,5 +277,5 @@ def _capacity(spec: TierSpec, root: Path, where: str) -> int | None:
     fraction = parse_fraction(spec.capacity)
     capacity = int(fraction * psutil.disk_usage(str(root)).total) if fraction is not None else parse_size(spec.capacity)
     if capacity <= 0:
-        raise SeaConfigError(f"{where}: capacity {spec.capacity!r} leaves no room; give a positive size")
+        raise no_room(where, spec.capacity)
     return capacity

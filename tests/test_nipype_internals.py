@@ -4,12 +4,13 @@ assumption, when a Nipype release changes one (see nipype_sea/_nipype_internals.
 from __future__ import annotations
 
 import inspect
+import re
 
 import nipype
 import pytest
 from nipype import Function, MapNode, Node, Workflow
 from nipype.pipeline.engine import workflows
-from nipype.pipeline.plugins import base, multiproc
+from nipype.pipeline.plugins import base, legacymultiproc, multiproc
 
 from nipype_sea import _nipype_internals as nx_
 
@@ -100,3 +101,28 @@ def test_expanded_graph_matches_what_run_executes(tmp_path):
     planned = {n.output_dir() for n in nx_.expanded_graph(wf).nodes()}
     executed = {n.output_dir() for n in wf.run(plugin="Linear").nodes()}
     assert planned == executed and len(planned) == 4
+
+
+def _plugin_args_read_by(cls) -> set[str]:
+    """The plugin_args keys the methods of ``cls`` and its Nipype bases read."""
+    keys = set()
+    for klass in cls.__mro__:
+        if not klass.__module__.startswith("nipype."):
+            continue
+        source = inspect.getsource(klass)
+        keys |= set(re.findall(r"""plugin_args(?:\.get\(|\[)\s*['"](\w+)['"]""", source))
+        keys |= set(re.findall(r"""['"](\w+)['"]\s+in\s+(?:self\.)?plugin_args\b""", source))
+    return keys
+
+
+def test_every_plugin_args_key_multiproc_reads_is_known():
+    """SeaMultiProc refuses plugin_args keys it does not know: a key a new Nipype reads must be added
+    to nx_.MULTIPROC_ARGS, or SeaMultiProc would refuse a valid argument."""
+    read = _plugin_args_read_by(multiproc.MultiProcPlugin)
+    assert {"n_procs", "memory_gb", "status_callback", "max_jobs"} <= read, f"Nipype reads plugin_args differently now: found only {read}"
+    unknown = read - set(nx_.MULTIPROC_ARGS)
+    assert not unknown, f"MultiProc reads plugin_args {sorted(unknown)}, which nx_.MULTIPROC_ARGS does not list"
+    legacy = _plugin_args_read_by(legacymultiproc.LegacyMultiProcPlugin) - read  # accepted as fMRIPrep passes them
+    newer = {"n_gpu_procs"}  # read by the Nipype releases after 1.8, accepted (and ignored) by 1.8
+    dead = set(nx_.MULTIPROC_ARGS) - read - legacy - newer - {"sea"}
+    assert not dead, f"nx_.MULTIPROC_ARGS lists {sorted(dead)}, which no MultiProc reads"
