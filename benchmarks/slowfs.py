@@ -19,15 +19,21 @@ Why each part exists:
   the metadata server's locks: one ``stat`` is one metadata operation, not one per path component
   (measured: ``stat`` 5.5 ms, ``realpath`` of a 4-deep path 29 ms; with entry caching off they were
   27.7 ms and 82 ms, which charged path depth, not metadata traffic). Failed lookups are not cached.
+  ``--entry-timeout-s 0`` turns entry caching off, so that a change made in the backing directory
+  (standing for another client, which on Lustre revokes our dentries) is seen by the next lookup.
 * Busy writers (``--busy-share S``): a background thread books the share S of both buckets as time
   passes (S * rate * elapsed bytes, every 50 ms): other users' jobs keep that share of the link busy,
   so ours get the rest, 1 - S. It books but never waits, so it takes exactly its share, no more.
-* Error injection, for reliability tests: ``--fail-pattern GLOB --fail-errno EIO`` fails writes and
-  creates of paths matching GLOB (``fnmatch`` on the path relative to the mount root, where ``*``
-  also matches ``/``); ``--fail-after-bytes N --fail-errno ENOSPC`` fails any write that would take
-  the bytes written since the faults were (re)set above N. Faults change at run time through a JSON
-  control file (``--control FILE``; ``SlowFS.set_faults`` writes it atomically) that the server
-  re-reads before every write and create, so a change applies to the very next operation.
+* Error injection, for reliability tests: ``--fail-pattern GLOB --fail-errno EIO`` fails writes,
+  creates and renames onto paths matching GLOB (``fnmatch`` on the path relative to the mount root,
+  where ``*`` also matches ``/``); with ``--fail-count N`` only the first N such operations fail, a
+  transient fault that a retry gets past. ``--fail-after-bytes N --fail-errno ENOSPC`` fails any
+  write that would take the bytes written since the faults were (re)set above N. Faults change at
+  run time through a JSON control file (``--control FILE``; ``SlowFS.set_faults`` writes it
+  atomically) that the server re-reads before every write, create and rename, so a change applies
+  to the very next operation.
+* Slow renames (``--rename-latency-ms``): a rename waits this long on top of the metadata latency,
+  as on a metadata server under load; the commit of every staged file is a rename.
 * Mounted with ``direct_io``: the kernel's page cache can neither absorb writes nor serve reads, so
   every byte passes the bucket and a writer sees errors at ``write()``. Times are served in
   nanoseconds (``use_ns``) and inode numbers passed through (``use_ino``): Nipype hashes files by
@@ -100,9 +106,11 @@ class Throttle:
     read_mbps: float = 0.0
     meta_latency_ms: float = 0.0  # per namespace operation
     busy_share: float = 0.0  # share of both bandwidths that other users' jobs keep busy
+    rename_latency_ms: float = 0.0  # added to a rename's metadata latency: a metadata server under load
+    entry_timeout_s: float = 60.0  # how long the kernel trusts a name it looked up (see the module's docstring)
 
     def __post_init__(self) -> None:
-        if min(self.write_mbps, self.read_mbps, self.meta_latency_ms) < 0 or not 0 <= self.busy_share < 1:
+        if min(self.write_mbps, self.read_mbps, self.meta_latency_ms, self.rename_latency_ms, self.entry_timeout_s) < 0 or not 0 <= self.busy_share < 1:
             raise ValueError(f"rates and latency must be >= 0 and busy_share in [0, 1): {self}")
 
 
@@ -113,6 +121,7 @@ class Faults:
     fail_pattern: str | None = None  # fnmatch glob on the path relative to the mount root
     fail_errno: str = "EIO"  # an errno name: EIO, ENOSPC, ...
     fail_after_bytes: int | None = None  # writes fail once this many bytes were written since the faults were set
+    fail_count: int | None = None  # the pattern fails only this many operations, then lets them pass: a transient fault
 
     def __post_init__(self) -> None:
         if not isinstance(getattr(errno, self.fail_errno, None), int):
@@ -185,6 +194,7 @@ class FaultInjector:
         self._control = control
         self._raw: bytes | None = None
         self._written = 0
+        self._failed = 0  # operations failed by the pattern since the faults were set
         self._lock = threading.Lock()
 
     def _reload(self) -> None:
@@ -200,7 +210,7 @@ class FaultInjector:
             except (ValueError, TypeError):  # a half-written hand edit: keep the current faults until it parses
                 return
             self._raw = raw
-            self._written = 0
+            self._written = self._failed = 0
 
     def check(self, path: str, nbytes: int) -> None:
         """Raise the injected error for writing ``nbytes`` to ``path``, or count the bytes."""
@@ -208,7 +218,9 @@ class FaultInjector:
             self._reload()
             faults = self.faults
             if faults.fail_pattern is not None and fnmatch.fnmatchcase(path.lstrip("/"), faults.fail_pattern):
-                raise OSError(faults.code, f"slowfs: injected {faults.fail_errno}", path)
+                if faults.fail_count is None or self._failed < faults.fail_count:
+                    self._failed += 1
+                    raise OSError(faults.code, f"slowfs: injected {faults.fail_errno}", path)
             if faults.fail_after_bytes is not None and self._written + nbytes > faults.fail_after_bytes:
                 raise OSError(faults.code, f"slowfs: injected {faults.fail_errno}", path)
             self._written += nbytes
@@ -231,6 +243,7 @@ class Passthrough:
         self.writes = TokenBucket(throttle.write_mbps * MB)
         self.reads = TokenBucket(throttle.read_mbps * MB)
         self.latency = throttle.meta_latency_ms / 1000
+        self.rename_latency = throttle.rename_latency_ms / 1000
         self.faults = faults
         buckets = [b for b in (self.writes, self.reads) if b.rate > 0]
         if throttle.busy_share > 0 and buckets:
@@ -269,6 +282,8 @@ class Passthrough:
         os.unlink(self._meta(path))
 
     def rename(self, old: str, new: str) -> None:
+        self.faults.check(new, 0)
+        time.sleep(self.rename_latency)
         os.rename(self._meta(old), self.root + new)
 
     def symlink(self, target: str, source: str) -> None:  # mfusepy: target is the new link
@@ -426,7 +441,7 @@ def serve(
             use_ino=True,
             allow_other=True,
             attr_timeout=0,
-            entry_timeout=60,
+            entry_timeout=throttle.entry_timeout_s,
             negative_timeout=0,
         )
     except RuntimeError as exc:
@@ -597,10 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read-mbps", type=float, default=0.0, help="read bandwidth of the whole mount, MB/s (0: unthrottled)")
     parser.add_argument("--meta-latency-ms", type=float, default=0.0, help="added to every namespace operation")
     parser.add_argument("--busy-share", type=float, default=0.0, help="share of both bandwidths taken by other users' jobs")
-    parser.add_argument("--fail-pattern", help="writes and creates of paths matching this glob fail")
+    parser.add_argument("--entry-timeout-s", type=float, default=60.0, help="how long the kernel trusts a looked-up name (0: changes in the backing dir are seen at once)")
+    parser.add_argument("--rename-latency-ms", type=float, default=0.0, help="added to every rename, on top of the metadata latency")
+    parser.add_argument("--fail-pattern", help="writes, creates and renames onto paths matching this glob fail")
     parser.add_argument("--fail-errno", default="EIO", help="errno of injected failures (EIO, ENOSPC, ...)")
     parser.add_argument("--fail-after-bytes", type=int, help="writes fail once this many bytes were written")
-    parser.add_argument("--control", type=Path, help="JSON file of Faults fields, re-read before each write and create")
+    parser.add_argument("--fail-count", type=int, help="the pattern fails only this many operations, then lets them pass")
+    parser.add_argument("--control", type=Path, help="JSON file of Faults fields, re-read before each write, create and rename")
     parser.add_argument(
         "--parent-pid", type=int, help="SlowFS's own: unmount, exit and remove the control file when this process, our parent, is gone"
     )

@@ -134,6 +134,13 @@ def discard_unfinished_result(job) -> bool:
     return False
 
 
+def discard_result(job) -> None:
+    """Remove a finished workflow's result: Pydra's ``Submitter.__call__`` logs an exception from
+    the worker and returns the saved result as a success when there is one, and a rerun would
+    return it as done. Without it, the error reaches the caller and a rerun does the work again."""
+    (Path(job.cache_dir) / "_result.pklz").unlink(missing_ok=True)
+
+
 def look_home_first(job, home: Path, elsewhere: Path) -> None:
     """The finished job's result is read from ``home`` once its directory is there, from
     ``elsewhere`` until then (load_result takes the first root that has the directory, and Sea

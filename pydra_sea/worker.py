@@ -44,7 +44,7 @@ from pathlib import Path
 import attrs
 from pydra.workers import cf
 
-from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph
 from sea.config import check_whole_number
 from sea.interrupt import StopSignals, stop_process_pool
 
@@ -120,6 +120,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 engine, interrupted = self._forget_run()
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, functools.partial(engine.close, success, interrupted=interrupted))
+                except SeaFlushError:  # an output is not home: the workflow is not done
+                    px_.discard_result(job)
+                    raise
                 finally:
                     self._interrupt.restore()
 

@@ -573,6 +573,7 @@ class SeaEngine:
         self.report.files_flushed += len(batch.committed)
         self.report.bytes_written_home += batch.bytes
         self.report.files_created_home += len(batch.committed)
+        self.report.flush_retries += batch.retries
         if batch.errors:
             node.flush_failed = True
             self.report.flush_errors.extend(batch.errors)
@@ -592,11 +593,19 @@ class SeaEngine:
 
     def _dir_committed(self, batch: FlushBatch) -> None:
         node = self._nodes[batch.key]
+        gone = [dst for dst, _, _ in batch.committed if not os.path.lexists(dst)]
+        if gone:  # the copy's directory was removed under it: putting it in place would lose files
+            batch.committed = [c for c in batch.committed if c[0] not in gone]
+            batch.errors.append(f"{gone[0]}: removed from the home while {node.home_copy} was being committed")
         if self._relocate is not None and not batch.errors and node.home_copy_complete:
             try:
                 self._relocate(node.home_copy, node.placement.physical, node.placement.logical)
             except Exception as error:  # the copy would not be right: keep the tier's, report it
                 batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
+        if batch.errors and node.home_copy is not None:
+            # the directory goes home whole or not at all: drop the copy, the tier's is kept
+            shutil.rmtree(node.home_copy, ignore_errors=True)
+            batch.committed = []  # none of it reached its final path
         with self._lock:
             self._settle_batch(batch)
             self._maybe_evict(batch.key)
@@ -716,7 +725,8 @@ class SeaEngine:
         with self._lock:
             for key in self._nodes:
                 self._maybe_evict(key)
-            kept = [n.placement.physical for n in self._nodes.values() if n.flush_failed and n.placement]
+            # a sink's outputs wait in its staging area; any other node's, in its directory
+            kept = [n.placement.staging or n.placement.physical for n in self._nodes.values() if n.flush_failed and n.placement]
         self.stager.close()
         self._prune_created_dirs()
         self.report.success = success and not self.report.flush_errors

@@ -53,6 +53,7 @@ class RunReport:
     without_sea_bytes_home: int = 0
     without_sea_files_home: int = 0
     live_peak_bytes: int = 0  # the live working set's peak: see peak_concurrent_bytes
+    flush_retries: int = 0  # copies home that failed once (EIO, a vanished directory) and were tried again
     flush_errors: list[str] = field(default_factory=list)
     makespan_seconds: float = 0.0
     timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
@@ -84,7 +85,9 @@ class RunReport:
             )
         lines += [
             f"  live working set (files some unfinished node still needs) peaked at {format_size(self.live_peak_bytes)}",
-            f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files; "
+            f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files"
+            + (f" ({self.flush_retries} copies tried again after an error)" if self.flush_retries else "")
+            + "; "
             f"evicted: {format_size(self.bytes_evicted)}; waited on the stager: {self.stager_wait_seconds:.2f} s",
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",

@@ -3,8 +3,9 @@
 A copy is written under a hidden temporary name next to its destination, fsync'ed, given the
 source's timestamps (so Nipype's timestamp hashing sees the same file), then renamed over the final
 name and the directory fsync'ed: a partial file is never visible at its final path, and a reader
-either sees nothing or the whole file. Transient errors are retried with backoff; a persistent one
-is reported with the file's name and the source is kept, so nothing is lost.
+either sees nothing or the whole file. Transient errors (and a destination directory removed under
+the copy) are retried with backoff; a persistent one is reported with the file's name and the
+source is kept, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 logger = logging.getLogger("sea")
 
 TMP_MARK = ".sea-tmp-"
-TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR}
+TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR, errno.ESTALE}  # ESTALE: NFS
 
 
 def atomic_copy(src: Path, dst: Path) -> int:
@@ -51,6 +52,12 @@ def atomic_copy(src: Path, dst: Path) -> int:
         raise
     fsync_dir(dst.parent)
     return size
+
+
+def _destination_vanished(exc: OSError, src: Path) -> bool:
+    """ENOENT with the source still there: someone removed the destination's directory (a user
+    cleaning up, another node on the shared filesystem); the next attempt makes it again."""
+    return exc.errno == errno.ENOENT and src.exists()
 
 
 def sweep_temporaries(root: Path) -> int:
@@ -85,6 +92,7 @@ class FlushBatch:
     on_done: Callable[[FlushBatch], None]
     committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns)
     errors: list[str] = field(default_factory=list)
+    retries: int = 0  # attempts that failed and were tried again
     _left: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -127,7 +135,10 @@ class Stager:
                         batch.committed.append((dst, size, st.st_mtime_ns))
                     break
                 except OSError as exc:
-                    if exc.errno in TRANSIENT and attempt < self._retries:
+                    if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
+                        logger.warning("[Sea] copying %s to %s failed (%s); trying again", src, dst, exc.strerror or exc)
+                        with batch._lock:
+                            batch.retries += 1
                         time.sleep(self._backoff * 4**attempt)
                         continue
                     message = f"could not copy {src} to {dst}: {exc.strerror or exc}"

@@ -20,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
-from slowfs_fixtures import slowfs_scratch
 
 from benchmarks.slowfs import MB, mounts
+
+from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
+from slowfs_fixtures import slowfs_scratch
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
@@ -179,6 +180,29 @@ def test_writes_and_creates_matching_a_pattern_fail_with_eio(slowfs_factory):
     with open(fs.path / "out" / "old.nii", "r+b", buffering=0) as fh, pytest.raises(OSError) as info:
         fh.write(b"x")
     assert info.value.errno == errno.EIO
+
+
+def test_a_counted_fault_fails_n_times_then_passes_and_covers_renames(slowfs_factory):
+    fs = slowfs_factory(fail_pattern="*.nii", fail_errno="EIO", fail_count=2)
+    (fs.path / "tmp").write_bytes(b"x")
+    with pytest.raises(OSError) as info:
+        os.rename(fs.path / "tmp", fs.path / "a.nii")  # a rename onto a matching name fails too
+    assert info.value.errno == errno.EIO and (fs.path / "tmp").exists()
+    with pytest.raises(OSError):
+        (fs.path / "b.nii").write_bytes(b"x")
+    (fs.path / "b.nii").write_bytes(b"x")  # the third operation passes: the fault was transient
+    os.rename(fs.path / "tmp", fs.path / "a.nii")
+
+
+def test_renames_pay_their_latency(slowfs_factory):
+    fs = slowfs_factory(rename_latency_ms=300)
+    (fs.path / "a").write_bytes(b"x")
+    start = time.monotonic()
+    os.rename(fs.path / "a", fs.path / "b")
+    assert time.monotonic() - start >= 0.3
+    start = time.monotonic()
+    (fs.path / "c").write_bytes(b"x")  # other operations do not
+    assert time.monotonic() - start < 0.3
 
 
 def test_faults_change_at_run_time(slowfs_factory):

@@ -1,0 +1,161 @@
+"""A failing shared filesystem, through both adapters: the home (Nipype's base_dir, Pydra's cache
+root) and the outputs live on slowfs, which injects the faults a loaded Lustre or NFS returns.
+
+Transient errors are retried and the run ends as without them; a persistent one ends the run with
+one SeaFlushError naming the file, the fast-tier copy is kept where the message says, nothing is
+counted as flushed that did not commit, no partial file sits at a final path, and a rerun, once the
+filesystem is healthy, gives the same outputs."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sea import SeaFlushError
+from sea.report import RunReport
+from sea.stager import TMP_MARK, FlushBatch, Stager
+
+from conftest import sea_private_dirs, tree_files
+from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
+
+ADAPTERS = ["nipype", "pydra"]
+SEEDS = itertools.count(300)  # each Pydra dataset its own contents (see make_images)
+# an output file of each adapter's workflow, by the glob slowfs matches it with (its temporary copy included)
+ONE_OUTPUT = {"nipype": "out/group/*group_mean.nii*", "pydra": "cache/*sea-tmp-dir/group_mean.nii"}
+
+
+class Study:
+    """The test workflow of one adapter, run with Sea on ``root`` (the shared filesystem) or with
+    the engine's own plugin (MultiProc, cf) on ``root`` as the reference."""
+
+    def __init__(self, adapter: str, data: Path):
+        if adapter == "pydra":
+            pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+        self.adapter, self.data = adapter, data
+        if adapter == "nipype":
+            from nipype_workflows import make_subjects
+
+            self.subjects = make_subjects(data, n_subjects=2, mib=1)
+        else:
+            from pydra_workflows import make_images
+
+            self.images = make_images(data, 2, side=32, seed=next(SEEDS))
+
+    def home(self, root: Path) -> Path:
+        return root / ("work" if self.adapter == "nipype" else "cache")
+
+    def run(self, root: Path, sea: dict | None) -> dict[str, bytes]:
+        """The declared outputs, by name; raises what the run raises."""
+        if self.adapter == "nipype":
+            from nipype_workflows import build_full, run
+
+            run(build_full(self.data, self.subjects, self.home(root), root / "out"), "MultiProc" if sea is None else "SeaMultiProc", sea)
+            return tree_files(root / "out")
+        from pydra.engine.submitter import Submitter
+
+        from pydra_workflows import Study as PydraStudy
+
+        options = {"worker": "cf"} if sea is None else {"worker": "sea", "sea": sea}
+        with Submitter(cache_root=self.home(root), n_procs=2, **options) as sub:
+            result = sub(PydraStudy(in_files=self.images))
+        assert not result.errored, result.errors["error message"] if isinstance(result.errors, dict) else result.errors
+        files = [Path(result.outputs.mean), *map(Path, result.outputs.copies)]
+        return {f"{i}-{f.name}": f.read_bytes() for i, f in enumerate(files)}
+
+
+@pytest.fixture(params=ADAPTERS)
+def study(request, disk_dir):
+    study = Study(request.param, disk_dir / "data")
+    study.reference = study.run(disk_dir / "reference", None)
+    return study
+
+
+def no_temporaries(root: Path) -> list[Path]:
+    return [p for p in root.rglob(f"*{TMP_MARK}*")]
+
+
+def test_transient_errors_writing_home_are_retried(study, slowfs_factory, shm_dir):
+    """The first two writes of a temporary copy home fail with EIO (a Lustre OST timing out): the
+    stager tries again with backoff and the run ends as without the faults."""
+    fs = slowfs_factory(fail_pattern=f"*{TMP_MARK}*", fail_errno="EIO", fail_count=2)
+    sea = {"tiers": [{"path": str(shm_dir)}]}
+    assert study.run(fs.path, sea) == study.reference
+    report = RunReport.from_json(study.home(fs.path) / "sea-report.json")
+    assert report.success and report.flush_retries == 2 and not report.flush_errors, report.to_text()
+    assert no_temporaries(fs.path) == [] and sea_private_dirs(shm_dir) == []
+
+
+@pytest.mark.parametrize("fault", ["EIO", "ENOSPC"])
+def test_a_persistent_error_ends_the_run_with_one_line_and_keeps_the_tier_copy(study, slowfs_factory, shm_dir, fault):
+    """Every write of one output fails (EIO: after the retries; ENOSPC: at once, a quota is not
+    transient): the run ends in one SeaFlushError naming that file and where its fast-tier copy is
+    kept; that copy is complete; nothing partial is at the final path; the report does not count it
+    as flushed; once the filesystem is healthy, the same command gives the reference outputs."""
+    fs = slowfs_factory(fail_pattern=ONE_OUTPUT[study.adapter], fail_errno=fault)
+    sea = {"tiers": [{"path": str(shm_dir)}]}
+    with pytest.raises(SeaFlushError) as info:
+        study.run(fs.path, sea)
+    message = str(info.value)
+    assert "\n" not in message and "group_mean.nii" in message and "kept in" in message, message
+    kept_in = [Path(p) for p in message.split("kept in ", 1)[1].split(", ")]
+    assert all(str(p).startswith(str(shm_dir)) for p in kept_in), kept_in
+    kept = [p for d in kept_in for p in d.rglob("group_mean.nii")]
+    reference_mean = next(data for name, data in study.reference.items() if name.endswith("group_mean.nii"))
+    assert len(kept) == 1 and kept[0].read_bytes() == reference_mean, "the fast-tier copy was not kept whole"
+    assert not (fs.path / "out" / "group" / "group_mean.nii").exists(), "a copy that did not commit is at its final path"
+    for other in fs.path.rglob("group_mean.nii"):  # Pydra's own copy into the (unfinished) workflow's directory
+        assert other.read_bytes() == reference_mean, f"{other} is partial"
+    report = RunReport.from_json(study.home(fs.path) / "sea-report.json")
+    assert not report.success and len(report.flush_errors) == 1 and "group_mean.nii" in report.flush_errors[0]
+    assert report.flush_retries == (3 if fault == "EIO" else 0)
+    assert no_temporaries(fs.path) == []
+
+    fs.clear_faults()
+    for leftover in sea_private_dirs(shm_dir):  # a new process would remove it as a dead run's; this one is alive
+        shutil.rmtree(leftover)
+    assert study.run(fs.path, sea) == study.reference
+    assert RunReport.from_json(study.home(fs.path) / "sea-report.json").success
+    assert sea_private_dirs(shm_dir) == []
+
+
+def test_slow_renames_commit_every_output(study, slowfs_factory, shm_dir):
+    """Each rename (the commit of every copy home) takes 0.2 s more, as on a loaded metadata
+    server: the run waits for every commit before it returns, and leaves no temporary copy."""
+    fs = slowfs_factory(rename_latency_ms=200)
+    sea = {"tiers": [{"path": str(shm_dir)}]}
+    assert study.run(fs.path, sea) == study.reference
+    report = RunReport.from_json(study.home(fs.path) / "sea-report.json")
+    assert report.success and report.files_flushed > 0 and not report.flush_errors
+    assert no_temporaries(fs.path) == [] and sea_private_dirs(shm_dir) == []
+
+
+def test_a_target_directory_removed_during_a_copy_is_made_again(slowfs_factory, shm_dir):
+    """Another client removes the directory a copy is being written into (a user cleaning up, a
+    second node): the stager makes it again and commits, instead of failing or losing the file."""
+    fs = slowfs_factory(write_mbps=2, entry_timeout_s=0)  # 4 MB take 2 s; the removal is seen at once
+    src = shm_dir / "big.bin"
+    src.write_bytes(bytes(range(256)) * 2**14)  # 4 MiB
+    target = fs.path / "out" / "sub-01"
+
+    def remove_when_the_copy_starts() -> None:
+        backing = fs.backing / "out" / "sub-01"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (backing.is_dir() and any(TMP_MARK in p.name for p in backing.iterdir())):
+            time.sleep(0.01)
+        shutil.rmtree(backing)  # behind the mount, as another client would
+
+    remover = threading.Thread(target=remove_when_the_copy_starts)
+    remover.start()
+    done: list[FlushBatch] = []
+    stager = Stager(threads=1, backoff=0.01)
+    stager.submit(FlushBatch("k", [(src, target / "big.bin")], done.append))
+    stager.close()
+    remover.join()
+    assert not done[0].errors and done[0].retries == 1, (done[0].errors, done[0].retries)
+    assert (target / "big.bin").read_bytes() == src.read_bytes()
+    assert no_temporaries(fs.path) == []
