@@ -49,9 +49,9 @@ class Mode(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TierSpec:
-    """One storage tier as the user wrote it (paths are expanded, not yet checked)."""
+    """One storage tier as the user wrote it (${VAR} are expanded, and the path checked, where the tiers are made)."""
 
-    path: str = field(metadata={"doc": "directory on node-local storage; must exist; ${VAR} expanded"})
+    path: str = field(metadata={"doc": "directory on node-local storage; must exist; ${VAR} expanded on the machine that uses it"})
     capacity: str | None = field(
         default=None,
         metadata={"doc": "cap on top of the real free space: a size ('4GiB') or a share of the filesystem ('80%')"},
@@ -274,6 +274,14 @@ def _read_yaml(path: Path) -> Any:
         raise SeaConfigError(f"malformed YAML in {path}{where}: {problem}; fix the syntax (indentation, colons, quotes)") from None
 
 
+def check_vars(text: str, what: str) -> str:
+    """``text`` if its ``$`` are well formed. Variables are expanded where the tiers are made
+    (:func:`expand_vars`), which may be another machine: ``${SLURM_TMPDIR}`` is a compute node's."""
+    if not string.Template(text).is_valid():
+        raise SeaConfigError(f"{what}: {text!r} has a stray '$'; write ${{VAR}} or $$ for a literal $")
+    return text
+
+
 def expand_vars(text: str, what: str) -> str:
     """``${VAR}`` / ``$VAR`` expansion that refuses unset variables instead of leaving them in a path."""
     try:
@@ -319,7 +327,7 @@ def _parse_tiers(value: Any, what: str) -> tuple[TierSpec, ...] | None:
                 raise SeaConfigError(f"{where}: capacity {exc}, or a share like '80%'") from None
             if size == 0:
                 raise no_room(where, capacity)
-        tiers.append(TierSpec(path=expand_vars(item["path"], f"{where}.path"), capacity=capacity))
+        tiers.append(TierSpec(path=check_vars(item["path"], f"{where}.path"), capacity=capacity))
     return tuple(tiers)
 
 

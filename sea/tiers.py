@@ -18,12 +18,12 @@ import socket
 import stat
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
 
-from .config import SeaConfig, SeaConfigError, TierSpec, no_room
+from .config import SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -93,6 +93,7 @@ class StorageHierarchy:
         seen_devices: dict[int, str] = {}
         for i, spec in enumerate(specs):
             where = f"tiers[{i}]" if config.tiers is not None else "discovered tier"
+            spec = replace(spec, path=expand_vars(spec.path, f"{where}.path"))  # on the machine whose tiers these are
             root = Path(spec.path)
             _refuse_planted(root, spec.path, where)
             try:
