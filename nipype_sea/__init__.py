@@ -14,7 +14,11 @@ def __getattr__(name: str):
         from .plugin import SeaMultiProcPlugin
 
         return SeaMultiProcPlugin
+    if name == "SeaDaskPlugin":
+        from .dask_plugin import SeaDaskPlugin
+
+        return SeaDaskPlugin
     raise AttributeError(f"module 'nipype_sea' has no attribute {name!r}")
 
 
-__all__ = ["SeaMultiProcPlugin"]
+__all__ = ["SeaDaskPlugin", "SeaMultiProcPlugin"]

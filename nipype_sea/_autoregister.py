@@ -13,7 +13,7 @@ import importlib.abc
 import sys
 
 TARGET = "nipype.pipeline.plugins"
-PROVIDED = {"SeaMultiProcPlugin": "nipype_sea.plugin"}
+PROVIDED = {"SeaMultiProcPlugin": "nipype_sea.plugin", "SeaDaskPlugin": "nipype_sea.dask_plugin"}
 
 
 def _module_getattr(name: str):

@@ -24,11 +24,14 @@ import os
 import re
 import sys
 import threading
+from copy import deepcopy
 from pathlib import Path
 from traceback import format_exception
 
 import nipype
+import numpy as np
 from nipype.pipeline.engine import MapNode
+from nipype.pipeline.plugins.base import DistributedPluginBase
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
@@ -203,6 +206,47 @@ def read_inputs_from(node, physical_dir) -> None:
             node.input_source[field] = (str(where / Path(result).name), out)
 
 
+def cached_in_home(node) -> bool:
+    """Nipype's own check (``_local_hash_check``) that ``node`` is done in its directory in the
+    home and need not run: its hash file is there and up to date, and it is not forced to rerun."""
+    try:
+        cached, updated = node.is_cached()
+    except Exception:  # noqa: BLE001 - Nipype forces a rerun when it cannot check
+        return False
+    overwrite, always_run = node.overwrite, node.interface.always_run
+    return cached and updated and (overwrite is False or (overwrite is None and not always_run))
+
+
+def relocate_results(directory: Path, old: Path, new: Path) -> None:
+    """A node directory made at ``old`` now lives at ``new``: rewrite the paths its
+    ``result_*.pklz`` gives for its outputs (Nipype saves them absolute unless
+    ``use_relative_paths``). Run once the files are at ``new``: output traits check they exist."""
+    from nipype.interfaces.base.traits_extension import Undefined
+    from nipype.pipeline.engine.utils import loadpkl, savepkl
+
+    def moved(value):
+        if isinstance(value, str) and (value == str(old) or value.startswith(str(old) + os.sep)):
+            return str(new) + value[len(str(old)) :]
+        if isinstance(value, (list, tuple)):
+            return type(value)(moved(v) for v in value)
+        if isinstance(value, dict):
+            return {k: moved(v) for k, v in value.items()}
+        return value
+
+    for results in Path(directory).glob("result_*.pklz"):
+        result = loadpkl(results)
+        outputs = getattr(result, "outputs", None)
+        if outputs is None:
+            continue
+        # a Node's outputs are a traited spec; a MapNode's, a Bunch of lists
+        names = outputs.copyable_trait_names() if hasattr(outputs, "copyable_trait_names") else list(outputs.dictcopy())
+        for name in names:
+            value = getattr(outputs, name)
+            if value is not Undefined and moved(value) != value:
+                setattr(outputs, name, moved(value))
+        savepkl(str(results), result)
+
+
 # ------------------------------------------------------------------------- plugin hooks
 class EventedMultiProc(MultiProcPlugin):
     """MultiProc with its private hooks turned into events for an adapter.
@@ -330,3 +374,62 @@ class EventedMultiProc(MultiProcPlugin):
 
     def _remove_node_dirs(self):
         """Sea evicts node directories itself, once their consumers finished and flushes committed."""
+
+
+class EventedTaskLoop(DistributedPluginBase):
+    """Nipype's distributed plugin loop (as its SGE and SLURM plugins use) with every ready node
+    submitted as one task, MapNodes included (they run their sub-nodes in their own directory,
+    where the task runs), in the order the adapter gives, and no check in this process: the
+    client may not see the workers' storage, so the task itself asks Nipype's cache check.
+
+    Subclasses implement ``order_ready_jobs``, ``_submit_job``, ``_get_result``, ``task_done``,
+    ``job_finished`` and ``job_failed``, and call ``wake`` when a task ends.
+    """
+
+    def __init__(self, plugin_args=None):
+        super().__init__(plugin_args=plugin_args)
+        self._wake = threading.Event()
+        self._poll_timeout = 2.0
+
+    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
+        return jobids
+
+    def job_finished(self, node) -> None: ...
+
+    def job_failed(self, node) -> None: ...
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self, graph, config, updatehash=False):
+        execution = dict(config["execution"])
+        self._poll_timeout = float(execution.get("poll_sleep_duration", 2))
+        execution["poll_sleep_duration"] = "0"
+        return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
+
+    def _send_procs_to_workers(self, updatehash=False, graph=None):
+        self._wake.clear()
+        ready = [int(j) for j in np.flatnonzero(~self.proc_done & (self.depidx.sum(axis=0) == 0).__array__())]
+        for jobid in self.order_ready_jobs(ready):
+            self.proc_done[jobid] = True
+            self.proc_pending[jobid] = True
+            if self._status_callback:
+                self._status_callback(self.procs[jobid], "start")
+            taskid = self._submit_job(deepcopy(self.procs[jobid]), updatehash=updatehash)
+            self.pending_tasks.insert(0, (taskid, jobid))
+        if self.pending_tasks and not any(self.task_done(taskid) for taskid, _ in self.pending_tasks):
+            self._wake.wait(self._poll_timeout)
+
+    def task_done(self, taskid) -> bool:
+        return False
+
+    def _task_finished_cb(self, jobid, cached=False):
+        super()._task_finished_cb(jobid, cached=cached)
+        self.job_finished(self.procs[jobid])
+
+    def _clean_queue(self, jobid, graph, result=None):
+        self.job_failed(self.procs[jobid])
+        return super()._clean_queue(jobid, graph, result=result)
+
+    def _remove_node_dirs(self):
+        """Sea evicts node directories itself."""

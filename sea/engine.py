@@ -108,6 +108,7 @@ class _Node:
     started: float = 0.0
     finished: float = 0.0
     open_ended: bool = False  # more consumers may still be added (see SeaEngine.add_nodes)
+    replica: bool = False  # a copy of a directory made on another machine, for consumers here
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
 
@@ -122,20 +123,28 @@ class SeaEngine:
         log: logging.Logger | None = None,
         on_event: Callable[[], None] | None = None,
         relocate: Callable[[Path, Path, Path], None] | None = None,
+        machine: str | None = None,
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
         adapter can look again. ``relocate(copy, physical, logical)`` is called once a node's whole
         directory has been copied home, before the copy replaces the node's path in the home: an
         engine whose result files record absolute paths (Pydra's ``_result.pklz``) rewrites them
-        in ``copy`` from ``physical`` to ``logical``, so the copy is right the moment it appears."""
+        in ``copy`` from ``physical`` to ``logical``, so the copy is right the moment it appears.
+
+        ``machine``: this engine is one of several sharing the home, one per machine (a Dask worker
+        with its own tiers); its journal, history and report get the machine's name, and nodes that
+        run elsewhere are told by :meth:`finished_elsewhere`."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.hierarchy = StorageHierarchy.build(config, self.home)
-        self.estimator = SizeEstimator.load(self.home / HISTORY, config.default_node_size)
+        self.machine = machine
+        self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
+        self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
+        self.estimator = SizeEstimator.load(self._history, config.default_node_size)
         self.stager = Stager(config.stager_threads)
-        self.journal = Journal(self.home / ".sea" / "journal.jsonl")
+        self.journal = Journal(self.home / ".sea" / ("journal.jsonl" if machine is None else f"journal-{machine}.jsonl"))
         self.report = RunReport()
         self.graph = WorkflowGraph.from_specs([])
         self._nodes: dict[str, _Node] = {}
@@ -151,10 +160,12 @@ class SeaEngine:
         self.log.info("[Sea] tiers: %s", self.hierarchy.describe())
 
     # ---------------------------------------------------------------- graph
-    def update_graph(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = ()) -> None:
+    def update_graph(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = (), plan_resume: bool = True) -> None:
         """Take the workflow graph: check the rules against it, plan what a rerun can skip.
         ``keys_like``: examples of the keys nodes added during the run will have (an engine that
-        creates its nodes as it goes, like Pydra), so the rules can be checked against them too."""
+        creates its nodes as it goes, like Pydra), so the rules can be checked against them too.
+        ``plan_resume=False``: the engine's own cache check decides what reruns (one engine of
+        several, each knowing only the nodes that ran on its machine)."""
         self._check_rules(graph, keys_like)
         destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
         swept = sum(sweep_temporaries(root) for root in {self.home, *destinations} if root.is_dir())
@@ -162,8 +173,8 @@ class SeaEngine:
             self.log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
         with self._lock:
             self.graph = graph
-            self._skip = plan_skips(graph, self.journal, self.home)
-            self._admit(list(graph.nodes))
+            self._skip = plan_skips(graph, self.journal, self.home) if plan_resume else set()
+            self._admit(list(graph.nodes), planned=plan_resume)
             self.report.nodes_total = len(graph)
         if self._skip:
             self.log.info("[Sea] %d of %d nodes are complete from an earlier run and will be skipped", len(self._skip), len(graph))
@@ -249,6 +260,19 @@ class SeaEngine:
             return True
         p = node.placement
         return node.state is State.FINISHED and not node.flushes_pending and (node.keep or node.flush_failed or p is None or p.tier.is_home)
+
+    def holds(self, key: str) -> bool:
+        """This machine has the node's directory (its own run, or a replica), not evicted."""
+        node = self._nodes.get(key)
+        return node is not None and node.placement is not None and not node.evicted and node.state is State.FINISHED
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def held_bytes(self, key: str) -> int:
+        """The measured size of a finished node's directory."""
+        return self._nodes[key].size
 
     def physical_dir(self, key: str) -> Path | None:
         """Where a placed, not yet evicted node's directory really is (to read its results without
@@ -503,6 +527,29 @@ class SeaEngine:
                 node.size, _ = disk_usage(p.physical)
                 self.hierarchy.settle(p.tier, p.reserved, node.size)
 
+    # ---------------------------------------------------------------- other machines
+    def finished_elsewhere(self, key: str) -> None:
+        """``key`` ran on another machine: what it read from here may go once its other readers finished."""
+        with self._lock:
+            self._release_producers(key)
+
+    def place_replica(self, key: str, size: int) -> Path:
+        """A directory to unpack another machine's copy of node ``key`` into, for consumers here.
+        It is never flushed (its own machine does that) and is evicted once its consumers finished."""
+        with self._lock:
+            node = self._nodes[key]
+            if node.placement is not None and not node.evicted:
+                raise RuntimeError(f"{key!r} is already on this machine")
+            tier = self.hierarchy.choose(size)
+            physical = tier.workdir / key if not tier.is_home else self.home / ".sea" / "replicas" / key
+            shutil.rmtree(physical, ignore_errors=True)
+            physical.mkdir(parents=True)
+            node.placement = Placement(key, self.home / key, physical, tier, size)
+            node.state, node.replica, node.evicted, node.size = State.FINISHED, True, False, size
+            self.hierarchy.settle(tier, size, size)
+            self.report.bytes_received += size
+            return physical
+
     def _drop_placement(self, node: _Node) -> None:
         p = node.placement
         if p.logical.is_symlink():
@@ -628,6 +675,11 @@ class SeaEngine:
         if node.part_of is not None:
             return  # evicted with its owner
         p = node.placement
+        if node.replica:
+            shutil.rmtree(p.physical, ignore_errors=True)
+            self.hierarchy.release(p.tier, used=node.size)
+            node.evicted = True
+            return
         if p.tier.is_home and (node.spec.persist_dir or self.config.keep_intermediates):
             return
         for part in self._separate_parts(node):
@@ -739,8 +791,8 @@ class SeaEngine:
         self.report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
         self.report.files_created_home += 3  # the journal, the history and the report
         self.journal.close()
-        self.estimator.save(self.home / HISTORY)
-        self.report.to_json(self.home / self.config.report)
+        self.estimator.save(self._history)
+        self.report.to_json(self._report_path)
         if not kept:
             self.hierarchy.close()
         self.log.info("%s", self.report.to_text())

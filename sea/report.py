@@ -35,6 +35,21 @@ class TierReport:
 
 
 @dataclass
+class WorkerReport:
+    """One Dask worker's line: what ran there, and how often its inputs were already there."""
+
+    worker: str
+    nodes_run: int
+    inputs_held: int  # nodes run here whose inputs some worker held (sources and inputs in the home aside)
+    local_hits: int  # ... of which every such input was on this worker already
+    bytes_received: int  # node directories copied here from other workers
+
+    @property
+    def local_hit_rate(self) -> float:
+        return self.local_hits / self.inputs_held if self.inputs_held else 1.0
+
+
+@dataclass
 class RunReport:
     success: bool = True
     nodes_total: int = 0
@@ -53,10 +68,12 @@ class RunReport:
     without_sea_bytes_home: int = 0
     without_sea_files_home: int = 0
     live_peak_bytes: int = 0  # the live working set's peak: see peak_concurrent_bytes
+    bytes_received: int = 0  # node directories copied here from another machine, for consumers here
     flush_retries: int = 0  # copies home that failed once (EIO, a vanished directory) and were tried again
     flush_errors: list[str] = field(default_factory=list)
     makespan_seconds: float = 0.0
     timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
+    workers: list[WorkerReport] = field(default_factory=list)  # a distributed run's rows, one per worker
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +85,14 @@ class RunReport:
     def from_json(cls, path: Path) -> RunReport:
         data = json.loads(Path(path).read_text())
         data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
+        data["workers"] = [WorkerReport(**w) for w in data.get("workers", [])]
         return cls(**data)
+
+    @property
+    def local_hit_rate(self) -> float:
+        """Across workers: nodes that ran where all their inputs were / nodes whose inputs a worker held."""
+        held = sum(w.inputs_held for w in self.workers)
+        return sum(w.local_hits for w in self.workers) / held if held else 1.0
 
     def to_text(self) -> str:
         status = "succeeded" if self.success else "FAILED"
@@ -92,6 +116,33 @@ class RunReport:
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
         ]
+        if self.workers:
+            lines.append(f"  {'worker':<34} {'nodes':>6} {'local inputs':>13} {'received':>10}")
+        for w in self.workers:
+            lines.append(f"  {w.worker[-34:]:<34} {w.nodes_run:>6} {w.local_hit_rate:>12.1%} {format_size(w.bytes_received):>10}")
         for error in self.flush_errors:
             lines.append(f"  FLUSH ERROR: {error}")
         return "\n".join(lines)
+
+
+_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
+           "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
+           "bytes_received", "flush_retries")  # fmt: skip
+
+
+def merge_reports(reports: list[RunReport], rows) -> RunReport:
+    """One report for a run spread over several machines: their figures summed, each tier listed
+    (named by its machine), and one row per worker (``rows``: :class:`sea.locality.WorkerRow`)."""
+    merged = RunReport()
+    for report in reports:
+        for name in _SUMMED:
+            setattr(merged, name, getattr(merged, name) + getattr(report, name))
+        merged.interrupted |= report.interrupted
+        merged.nodes_total = max(merged.nodes_total, report.nodes_total)
+        merged.live_peak_bytes = max(merged.live_peak_bytes, report.live_peak_bytes)
+        merged.makespan_seconds = max(merged.makespan_seconds, report.makespan_seconds)
+        merged.flush_errors += report.flush_errors
+        merged.tiers += [t for t in report.tiers if not t.name.startswith("home:")]
+    merged.tiers += [t for t in reports[0].tiers if t.name.startswith("home:")][:1] if reports else []
+    merged.workers = [WorkerReport(r.worker, r.nodes_run, r.with_inputs_held, r.local_hits, r.bytes_received) for r in sorted(rows, key=lambda r: r.worker)]
+    return merged

@@ -1,0 +1,108 @@
+"""A Dask worker's own storage: its tiers, its stager, its evictions.
+
+Registered on every worker of the cluster (:meth:`distributed.Client.register_plugin`), the plugin
+builds a :class:`~sea.engine.SeaEngine` for the machine the worker runs on: the configuration is
+read there, so ``${SLURM_TMPDIR}`` is that compute node's. Node directories of tasks run by the
+worker live on its tiers; its stager commits their declared outputs to the shared home; it evicts
+a directory once the client says every consumer finished, wherever they ran. Directories a
+consumer here needs from another worker arrive as bytes through Dask (:func:`pack` there,
+:meth:`NodeStorage.unpack` here): no worker ever opens another worker's tier.
+
+The adapter's task function runs on the worker and calls :func:`current` to reach this plugin.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from distributed import WorkerPlugin, get_worker
+
+from .config import SeaConfig
+from .engine import SeaEngine, SeaFlushError
+from .graph import NodeSpec, WorkflowGraph
+
+NAME = "sea-node-storage"
+logger = logging.getLogger("sea")
+
+
+class NodeStorage(WorkerPlugin):
+    """One run's storage on one worker. ``sea``: the configuration as the user gave it (a dict or a
+    YAML path, loaded on the worker); ``home``: the shared base directory; ``specs``: the graph."""
+
+    idempotent = False  # a new run replaces the previous run's plugin (teardown, then setup)
+
+    def __init__(self, sea: Any, home: Path, specs: list[NodeSpec], relocate: Callable[[Path, Path, Path], None] | None = None):
+        """``relocate(directory, old, new)``: rewrite the paths a node directory's result files
+        record, once a copy made at ``old`` is unpacked at ``new`` (an engine whose results name
+        absolute paths)."""
+        self.sea, self.home, self.specs, self.relocate = sea, Path(home), specs, relocate
+        self.engine: SeaEngine | None = None
+        self.worker_name = ""
+
+    def setup(self, worker) -> None:
+        self.worker_name = str(worker.name)
+        machine = self.worker_name.replace("/", "_")
+        self.engine = SeaEngine(SeaConfig.load(self.sea), self.home, log=logger, machine=machine)
+        try:
+            self.engine.update_graph(WorkflowGraph.from_specs(self.specs), plan_resume=False)
+        except BaseException:
+            self.engine.abort()
+            raise
+
+    def teardown(self, worker) -> None:
+        if self.engine is not None and not self.engine.closed:
+            self.engine.close(success=False, interrupted=True)  # the run was abandoned
+
+    # ------------------------------------------------------------------ used by tasks and the client
+    def unpack(self, key: str, packed: bytes, source: str) -> None:
+        """Make another worker's copy of ``key``'s directory (made at ``source`` there) available here."""
+        if self.engine.holds(key):
+            return
+        target = self.engine.place_replica(key, len(packed))
+        with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+            tar.extractall(target, filter="tar")
+        if self.relocate is not None:
+            self.relocate(target, Path(source), target)
+
+    def close(self, success: bool) -> dict:
+        """End the run here: wait for the flushes, evict, report. Never raises: a flush error is returned."""
+        error = None
+        try:
+            report = self.engine.close(success=success)
+        except SeaFlushError as exc:
+            report, error = self.engine.report, str(exc)
+        return {"worker": self.worker_name, "report": report, "flush_error": error}
+
+
+def current() -> NodeStorage:
+    """The plugin of the worker this task runs on."""
+    return get_worker().plugins[NAME]
+
+
+def pack(key: str) -> tuple[bytes, str]:
+    """``key``'s directory on this worker as an uncompressed tar, and where it is here, for a
+    consumer on another worker."""
+    directory = current().engine.physical_dir(key)
+    if directory is None:
+        raise FileNotFoundError(f"{key} is not on worker {current().worker_name}")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(directory, arcname=".")
+    return buffer.getvalue(), str(directory)
+
+
+async def finished_elsewhere(key: str, dask_worker=None) -> None:
+    """Run by the client on the workers holding an input of ``key`` (``Client.run``, without
+    waiting: a coroutine, in the worker's event loop)."""
+    engine = dask_worker.plugins[NAME].engine
+    if not engine.closed:  # an event that arrives after the run's end changes nothing
+        engine.finished_elsewhere(key)
+
+
+def close_run(success: bool, dask_worker=None) -> dict:
+    return dask_worker.plugins[NAME].close(success)
