@@ -407,7 +407,29 @@ class EventedTaskLoop(DistributedPluginBase):
         execution["poll_sleep_duration"] = "0"
         return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
 
+    def before_submitting(self) -> None:
+        """Called once per round of the loop, where the adapter may :meth:`requeue` jobs."""
+
+    def requeue(self, jobids: list[int]) -> None:
+        """Run these jobs again (their results were lost): not done, not running, and every
+        consumer that has not finished waits for them again."""
+        again = set(jobids)
+        self.pending_tasks[:] = [(taskid, jobid) for taskid, jobid in self.pending_tasks if jobid not in again]
+        finished = self.proc_done & ~self.proc_pending
+        for jobid in again:
+            self.proc_done[jobid] = False
+            self.proc_pending[jobid] = False
+        for jobid in again:
+            for consumer in self._edges.getrowview(jobid).nonzero()[1]:
+                if consumer in again or not finished[consumer]:
+                    self.depidx[jobid, consumer] = 1
+
+    def _generate_dependency_list(self, graph):
+        super()._generate_dependency_list(graph)
+        self._edges = self.depidx.copy()  # Nipype clears depidx as jobs finish
+
     def _send_procs_to_workers(self, updatehash=False, graph=None):
+        self.before_submitting()
         self._wake.clear()
         ready = [int(j) for j in np.flatnonzero(~self.proc_done & (self.depidx.sum(axis=0) == 0).__array__())]
         for jobid in self.order_ready_jobs(ready):

@@ -10,7 +10,9 @@ worker's engine stages the declared outputs home and evicts what nobody needs an
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 import traceback
 from itertools import count
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph
 from sea.config import unknown_key
 from sea.dask_options import DaskOptions
+from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
 from sea.report import RunReport, merge_reports
@@ -28,12 +31,16 @@ from .graph import node_specs
 logger = logging.getLogger("nipype.workflow")
 
 DASK_PLUGIN_ARGS = ("sea", "dask", "status_callback")
+RESULT_TIMEOUT = 60.0  # seconds to fetch a finished task's outcome (a few hundred bytes) from its worker
+WORKER_CHECK_SECONDS = 0.5  # how often the client looks for workers lost or restarted
 
 
-def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool) -> dict:
-    """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers."""
+def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumers: list[str]) -> dict:
+    """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers.
+    ``consumers``: the nodes that will read its directory (not finished yet, wherever they run)."""
     storage = current()
     engine = storage.engine
+    engine.expect_run(key, consumers)
     for producer, (packed, source) in fetched.items():
         storage.unpack(producer, packed, source)
 
@@ -65,6 +72,11 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool) -> dict:
     return {"cached": False, "size": engine.held_bytes(key), "worker": storage.worker_name, "traceback": None}
 
 
+def workers_by_name(dask_scheduler=None) -> dict[str, str]:
+    """On the scheduler: name -> address of every worker."""
+    return {str(ws.name): address for address, ws in dask_scheduler.workers.items()}
+
+
 def check_dask_plugin_args(plugin_args) -> dict:
     plugin_args = dict(plugin_args or {})
     for key in plugin_args:
@@ -85,6 +97,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         self.report: RunReport | None = None
         self._ids = count()
         self._futures: dict[int, tuple[str, object]] = {}  # taskid -> (key, future)
+        self._outcomes: dict[int, object] = {}  # taskid -> what the task returned, or its exception
         self._keys: dict[int, str] = {}
         self._client = None
         self.planner: LocalityPlanner | None = None
@@ -99,9 +112,9 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         with self.dask.client() as client:
             self._client = client
             client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
-            slots = {w["name"] if isinstance(w["name"], str) else str(w["name"]): 1 for w in client.scheduler_info()["workers"].values()}
-            self._address = {str(w["name"]): address for address, w in client.scheduler_info()["workers"].items()}
-            self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), slots, busy_threshold=self.dask.busy_threshold)
+            self._address = self._workers_now()
+            self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
+            self._checked = time.monotonic()
             success = False
             try:
                 result = super().run(graph, config, updatehash=updatehash)
@@ -110,12 +123,43 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             finally:
                 outcomes = client.run(close_run, success)
                 self.report = merge_reports([o["report"] for o in outcomes.values()], self.planner.rows.values())
+                self.report.nodes_recomputed = self.planner.recomputed
                 self.report.success = success and not any(o["flush_error"] for o in outcomes.values())
                 self.report.to_json(home / config_.report)
                 logger.info("%s", self.report.to_text())
                 errors = [o["flush_error"] for o in outcomes.values() if o["flush_error"]]
                 if errors and success:
                     raise SeaFlushError(errors[0])
+
+    # ------------------------------------------------------------------ workers coming and going
+    def _workers_now(self) -> dict[str, str]:
+        # asked of the scheduler itself: Client.scheduler_info() returns a cache that Dask's own
+        # periodic refresh may replace with one listing no worker at all
+        return self._client.run_on_scheduler(workers_by_name)
+
+    def before_submitting(self) -> None:
+        if time.monotonic() - self._checked < WORKER_CHECK_SECONDS:
+            return
+        self._checked = time.monotonic()
+        now = self._workers_now()
+        for name in [n for n, address in self._address.items() if now.get(n) != address]:
+            self._worker_lost(name)  # gone, or restarted by its nanny with empty tiers
+        for name in now:
+            if self._address.get(name) != now[name]:
+                self.planner.worker_joined(name)
+        self._address = now
+
+    def _worker_lost(self, name: str) -> None:
+        journal = Journal.read(self.home / ".sea" / f"journal-{name.replace('/', '_')}.jsonl")
+        running, again = self.planner.worker_lost(name, committed=lambda key: bool(journal.get(key) and journal[key].flushed))
+        logger.warning("[Sea] worker %s was lost: %d running node(s) start again elsewhere, %d finished node(s) whose data was lost run again", name, len(running), len(again))
+        jobs = {key: jobid for jobid, key in self._keys.items()}
+        for taskid, (key, future) in list(self._futures.items()):
+            if key in running:
+                future.cancel()
+                del self._futures[taskid]
+                self._outcomes.pop(taskid, None)
+        self.requeue([jobs[key] for key in running | again])
 
     # ------------------------------------------------------------------ Nipype's loop
     def _key(self, jobid: int) -> str:
@@ -137,26 +181,40 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             producer: self._client.submit(pack, producer, workers=[self._address[holder]], allow_other_workers=False, pure=False)
             for producer, holder in assignment.fetch.items()
         }
+        consumers = [c for c in self.planner.graph.consumers(key) if c not in self.planner.done]
         future = self._client.submit(
-            run_node_on_worker, node, key, fetched, updatehash, workers=[where], allow_other_workers=False, pure=False, key=f"sea-{node.name}-{next(self._ids)}"
-        )
-        future.add_done_callback(lambda _: self.wake())
+            run_node_on_worker, node, key, fetched, updatehash, consumers,
+            workers=[where], allow_other_workers=False, pure=False, key=f"sea-{node.name}-{next(self._ids)}",
+        )  # fmt: skip
         taskid = next(self._ids)
         self._futures[taskid] = (key, future)
+        future.add_done_callback(functools.partial(self._collect, taskid))
         return taskid
 
+    def _collect(self, taskid: int, future) -> None:
+        """In Dask's callback thread: fetch the outcome at once and let the future go. A finished
+        future kept while its worker dies is recomputed by Dask, on that worker only: never."""
+        try:
+            self._outcomes[taskid] = future.result(timeout=RESULT_TIMEOUT)
+        except BaseException as exc:  # noqa: BLE001 - cancelled, or its worker died before we had the outcome
+            self._outcomes[taskid] = exc
+        self.wake()
+
     def task_done(self, taskid) -> bool:
-        return self._futures[taskid][1].done()
+        return taskid in self._outcomes
 
     def _get_result(self, taskid):
-        key, future = self._futures[taskid]
-        if not future.done():
+        if taskid not in self._outcomes:
             return None
-        try:
-            outcome = future.result()
-        except Exception:  # noqa: BLE001 - the task itself failed (a worker died, a pickling error)
+        key = self._futures[taskid][0]
+        outcome = self._outcomes.pop(taskid)
+        if isinstance(outcome, BaseException):
+            worker = self.planner.worker_of(key)
+            if worker is not None and self._workers_now().get(worker) != self._address.get(worker):
+                self._outcomes[taskid] = outcome  # its worker is gone: requeued at the next round
+                return None
             self.planner.failed(key)
-            return {"result": None, "traceback": traceback.format_exc().splitlines(keepends=True)}
+            return {"result": None, "traceback": traceback.format_exception(outcome)}
         if outcome["traceback"]:
             self.planner.failed(key)
         else:
@@ -168,3 +226,4 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
 
     def _clear_task(self, taskid):
         self._futures.pop(taskid, None)
+        self._outcomes.pop(taskid, None)

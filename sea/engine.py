@@ -42,7 +42,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -532,6 +532,21 @@ class SeaEngine:
         """``key`` ran on another machine: what it read from here may go once its other readers finished."""
         with self._lock:
             self._release_producers(key)
+
+    def expect_run(self, key: str, consumers: Iterable[str]) -> None:
+        """``key`` is about to run on this machine, one of several; ``consumers``: those that will
+        still read it (the client knows which finished elsewhere). A directory kept here from an
+        earlier run of it (it runs again because a machine holding its data was lost) is dropped."""
+        with self._lock:
+            node = self._nodes[key]
+            p = node.placement
+            if p is not None and not node.evicted and not p.tier.is_home:
+                if node.state is State.FINISHED:  # a replica, or a run whose consumers were lost
+                    shutil.rmtree(p.physical, ignore_errors=True)
+                    self.hierarchy.release(p.tier, used=node.size)
+                else:
+                    self._drop_placement(node)
+            self._nodes[key] = _Node(spec=node.spec, consumers_left=set(consumers))
 
     def place_replica(self, key: str, size: int) -> Path:
         """A directory to unpack another machine's copy of node ``key`` into, for consumers here.

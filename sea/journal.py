@@ -58,6 +58,15 @@ class Journal:
             if done:
                 return
 
+    @classmethod
+    def read(cls, path: Path) -> dict[str, NodeRecord]:
+        """The records of a journal another process writes (a Dask worker's), without opening it to write."""
+        reader = cls.__new__(cls)
+        reader.path, reader.records = path, {}
+        if path.exists():
+            reader._replay()
+        return reader.records
+
     def _replay(self) -> None:
         with open(self.path, encoding="utf-8") as fh:
             for line in fh:

@@ -25,7 +25,7 @@ from another machine's tier.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .graph import WorkflowGraph
@@ -70,6 +70,8 @@ class LocalityPlanner:
         self.holders: dict[str, set[str]] = {}  # node -> workers holding its directory
         self.size: dict[str, int] = {}
         self.rows = {w: WorkerRow(w) for w in slots}
+        self.done: set[str] = set()  # nodes finished (and not to be run again)
+        self.recomputed = 0  # nodes run again because a worker holding their data was lost
         self._running: dict[str, Assignment] = {}
 
     # ------------------------------------------------------------------ decisions
@@ -110,7 +112,55 @@ class LocalityPlanner:
                 self.holders[producer].add(worker)
         self.holders.setdefault(key, set()).add(worker)
         self.size[key] = size
+        self.done.add(key)
 
+    def worker_lost(self, worker: str, committed: Callable[[str], bool]) -> tuple[set[str], set[str]]:
+        """``worker`` died with its tiers. Returns (nodes that were running there or waiting for a
+        copy from there, nodes to run
+        again): those whose only copy was there and that a consumer still needs, or whose declared
+        outputs had not been ``committed`` home, and, as Spark recomputes lost partitions from their
+        lineage, the producers those need whose data is gone too (every consumer of a producer had
+        finished, so its worker evicted it). Nodes whose directory is complete in the home are
+        found there by the engine's own cache check when they are asked to run again."""
+        self.slots.pop(worker, None)
+        self.load.pop(worker, None)
+        running = {k for k, a in self._running.items() if a.worker == worker or worker in a.fetch.values()}
+        for key in running:
+            if self._running[key].worker != worker:
+                self.load[self._running[key].worker] -= 1
+        for key in running:
+            del self._running[key]
+        lost = set()
+        for key, workers in list(self.holders.items()):
+            workers.discard(worker)
+            if not workers:
+                lost.add(key)
+                del self.holders[key]
+        finished_before = set(self.done)
+
+        def needed(key: str) -> bool:
+            consumers = self.graph.consumers(key)
+            return any(c not in finished_before for c in consumers) if consumers else not committed(key)
+
+        def still_held(key: str) -> bool:
+            return bool(self.holders.get(key)) and any(c not in finished_before for c in self.graph.consumers(key))
+
+        again: set[str] = set()
+        stack = [k for k in lost if k in finished_before and needed(k)] + sorted(running)
+        while stack:
+            key = stack.pop()
+            if key in again:
+                continue
+            again.add(key)
+            self.done.discard(key)
+            stack += [p for p in self.graph.producers(key) if p in finished_before and p not in again and not still_held(p)]
+        again -= running
+        self.recomputed += len(again)
+        return running, again
+
+    def worker_joined(self, worker: str, slots: int = 1) -> None:
+        self.slots[worker] = slots
+        self.rows.setdefault(worker, WorkerRow(worker))
     def failed(self, key: str) -> None:
         assignment = self._running.pop(key, None)
         if assignment is not None:
@@ -119,6 +169,11 @@ class LocalityPlanner:
     def evicted_everywhere(self, key: str) -> None:
         """Every consumer of ``key`` finished: no worker keeps its directory any more."""
         self.holders.pop(key, None)
+
+    def worker_of(self, key: str) -> str | None:
+        """The worker a running node was sent to."""
+        assignment = self._running.get(key)
+        return assignment.worker if assignment else None
 
     def workers_to_tell(self, key: str) -> list[str]:
         """The workers holding an input of ``key``: they may evict it now that ``key`` finished."""

@@ -74,6 +74,7 @@ class RunReport:
     makespan_seconds: float = 0.0
     timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
     workers: list[WorkerReport] = field(default_factory=list)  # a distributed run's rows, one per worker
+    nodes_recomputed: int = 0  # finished nodes run again because the worker holding their data was lost
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +117,8 @@ class RunReport:
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
         ]
+        if self.nodes_recomputed:
+            lines.append(f"  {self.nodes_recomputed} finished node(s) ran again: a worker holding their data was lost")
         if self.workers:
             lines.append(f"  {'worker':<34} {'nodes':>6} {'local inputs':>13} {'received':>10}")
         for w in self.workers:

@@ -50,14 +50,14 @@ def access_log(dask_worker=None) -> list[str]:
 
 
 @pytest.fixture
-def cluster(tmpfs_factory, shm_dir):
+def cluster(tmpfs_factory, shm_dir, tmp_path):
     """Three single-threaded worker processes named w0-w2; ``SEA_TEST_TIER`` is each one's tier."""
     tiers = {"w0": tmpfs_factory("48M"), "w1": shm_dir / "w1", "w2": shm_dir / "w2"}
     tiers["w1"].mkdir()
     tiers["w2"].mkdir()
     tiers = {name: Path(path) for name, path in tiers.items()}
-    workers = {name: {"cls": Nanny, "options": {"nthreads": 1, "name": name, "env": {"SEA_TEST_TIER": str(path)}}} for name, path in tiers.items()}
-    with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": None}}) as spec:
+    workers = {name: {"cls": Nanny, "options": {"nthreads": 1, "name": name, "env": {"SEA_TEST_TIER": str(path)}, "local_directory": str(tmp_path / "dask")}} for name, path in tiers.items()}
+    with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard": False}}) as spec:
         with Client(spec) as client:
             client.wait_for_workers(3)
             client.register_plugin(AccessLog([str(p) for p in tiers.values()]), name="access-log")
@@ -116,3 +116,52 @@ def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(cluster, di
     assert 0 < moved < 8 * 2**20, "only the scaled images of the subjects run elsewhere reach the join"
     assert_no_foreign_access(client, tiers)
     assert sea_private_dirs(*tiers.values()) == []
+
+
+def nodes_run_here(dask_worker=None) -> int:
+    from sea.node_storage import NAME
+
+    engine = dask_worker.plugins[NAME].engine
+    return engine.report.nodes_run if engine is not None else 0
+
+
+def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
+    """SIGKILL one worker process once it ran a few nodes (its nanny starts a new one, with empty
+    tiers): the nodes it was running start again elsewhere, the finished nodes whose data only it
+    held and that someone still needs run again (counted), the outputs are MultiProc's."""
+    import signal
+    import threading
+    import time
+
+    address, tiers, client = cluster
+    chunks = make_chunks(disk_dir / "data", 6, 2.0)
+    run(build_workflow(disk_dir / "data", len(chunks), 6, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
+    victim = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "w1")
+    pid = client.run(os.getpid, workers=[victim])[victim]
+    killed = threading.Event()
+
+    def kill_when_busy() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if client.run(nodes_run_here, workers=[victim]).get(victim, 0) >= 4:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.set()
+                    return
+            except Exception:  # noqa: BLE001 - the plugin is not set up yet
+                pass
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_when_busy)
+    killer.start()
+    wf = build_workflow(disk_dir / "data", len(chunks), 6, disk_dir / "work", disk_dir / "out")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin="SeaDask", plugin_args=seadask(address))
+    killer.join()
+    assert killed.is_set(), "the run ended before the worker could be killed"
+    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
+    print(report.to_text())
+    assert report.success and report.nodes_recomputed >= 1, report.to_text()
+    client.wait_for_workers(3)
+    assert_no_foreign_access(client, tiers)
