@@ -47,3 +47,29 @@ def test_the_workers_told_about_a_finished_node_are_those_holding_its_inputs():
     assert planner.assign("z").worker == "b"
     planner.finished("z", "b", 1)
     assert planner.workers_to_tell("z") == ["a", "b"]
+
+
+def test_a_lost_worker_runs_again_only_what_is_still_needed_with_its_lineage():
+    """Chains c0 (on a) and c1 (on b) of 4 nodes; b dies after c1/n2 finished and while c1/n3
+    runs: c1/n3 starts again; c1/n2's data (only on b) is needed, and so is c1/n1's (every
+    consumer of c1/n1 had finished, so b had evicted it) back to c1/n0; chain c0 is untouched."""
+    planner = LocalityPlanner(chains(2, 4), {"a": 1, "b": 1})
+    for i in range(3):
+        placed = [planner.assign(f"{c}/n{i}") for c in ("c0", "c1")]
+        assert [p.worker for p in placed] == ["a", "b"]
+        for p in placed:
+            planner.finished(p.key, p.worker, size=10)
+    planner.assign("c1/n3")
+    running, again = planner.worker_lost("b", committed=lambda key: False)
+    assert running == {"c1/n3"} and again == {"c1/n0", "c1/n1", "c1/n2"}
+    assert planner.recomputed == 3 and "b" not in planner.slots
+    assert planner.assign("c1/n0").worker == "a"
+
+
+def test_a_lost_worker_whose_outputs_were_committed_runs_nothing_again():
+    g = WorkflowGraph.from_specs([NodeSpec("x"), NodeSpec("sink", upstream=(("x", "o"),))])
+    planner = LocalityPlanner(g, {"a": 1, "b": 1})
+    planner.assign("x"), planner.finished("x", "b", 1)
+    planner.assign("sink"), planner.finished("sink", "b", 1)
+    assert planner.worker_lost("b", committed=lambda key: key == "sink") == (set(), set())
+    assert planner.worker_lost("a", committed=lambda key: False)[1] == set()  # a held nothing
