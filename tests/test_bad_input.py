@@ -420,4 +420,5 @@ def test_random_configs_give_one_line_or_a_working_hierarchy(disk_dir, shm_dir, 
 
     with mock.patch.dict(os.environ, {"SLURM_TMPDIR": str(discovered)}), mock.patch("sea.tiers.DISCOVERY_ORDER", ("$SLURM_TMPDIR",)):
         check()
+    print(f"random configurations: {outcomes}")
     assert outcomes["refused"] >= 50 and outcomes["accepted"] >= 20, outcomes
