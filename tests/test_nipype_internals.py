@@ -126,3 +126,47 @@ def test_every_plugin_args_key_multiproc_reads_is_known():
     newer = {"n_gpu_procs"}  # read by the Nipype releases after 1.8, accepted (and ignored) by 1.8
     dead = set(nx_.MULTIPROC_ARGS) - read - legacy - newer - {"sea"}
     assert not dead, f"nx_.MULTIPROC_ARGS lists {sorted(dead)}, which no MultiProc reads"
+
+
+def _same(x):
+    return x
+
+
+def test_evented_task_loop_runs_in_order_and_requeues(tmp_path):
+    """SeaDask's loop over Nipype's DistributedPluginBase (proc_done, proc_pending, depidx,
+    pending_tasks): every ready node submitted in the adapter's order, and a requeued producer
+    runs again before its consumer that had not started."""
+    class Inline(nx_.EventedTaskLoop):
+        def __init__(self):
+            super().__init__(plugin_args={})
+            self.ran, self.outcomes, self.requeued = [], {}, False
+
+        def _submit_job(self, node, updatehash=False):
+            node.run()
+            self.ran.append(node.name)
+            taskid = len(self.ran)
+            self.outcomes[taskid] = {"result": None, "traceback": None}
+            return taskid
+
+        def task_done(self, taskid):
+            return taskid in self.outcomes
+
+        def _get_result(self, taskid):
+            return self.outcomes.get(taskid)
+
+        def _clear_task(self, taskid):
+            self.outcomes.pop(taskid, None)
+
+        def before_submitting(self):
+            if not self.requeued and self.ran == ["a", "b"] and self.proc_done.all() == False:  # noqa: E712
+                self.requeued = True
+                self.requeue([i for i, node in enumerate(self.procs) if node.name in ("a", "b")])
+
+    wf = Workflow(name="wf", base_dir=str(tmp_path))
+    a, b, c = (Node(Function(input_names=["x"], output_names=["x"], function=_same), name=n) for n in "abc")
+    a.inputs.x = 1
+    wf.connect([(a, b, [("x", "x")]), (b, c, [("x", "x")])])
+    wf.config["execution"]["poll_sleep_duration"] = 0.01
+    loop = Inline()
+    wf.run(plugin=loop)
+    assert loop.ran == ["a", "b", "a", "b", "c"]
