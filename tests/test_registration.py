@@ -106,3 +106,37 @@ def test_core_sources_do_not_mention_engines():
             stripped = line.strip()
             if stripped.startswith(("import ", "from ")):
                 assert "nipype" not in stripped and "pydra" not in stripped, f"{path.name}: {line}"
+
+
+def test_seadask_by_name_from_a_use_plugin_yaml_on_a_local_cluster(disk_dir, shm_dir):
+    """``plugin: SeaDask`` from YAML, no import of nipype_sea: a local Dask cluster is started and stopped."""
+    (disk_dir / "plugin.yml").write_text(
+        textwrap.dedent(
+            f"""\
+            plugin: SeaDask
+            plugin_args:
+              dask: {{cluster: local, n_workers: 2}}
+              sea:
+                tiers:
+                  - path: {shm_dir}
+            """
+        )
+    )
+    result = run_fresh(
+        f"""
+        import yaml
+        from pathlib import Path
+        from nipype_workflows import build_full, make_subjects
+        if __name__ == "__main__":
+            root = Path({str(disk_dir)!r})
+            wf = build_full(root / "data", make_subjects(root / "data", 2, 0.5), root / "work", root / "out")
+            wf.config["execution"]["poll_sleep_duration"] = 0.05
+            assert "nipype_sea.dask_plugin" not in sys.modules
+            wf.run(**yaml.safe_load((root / "plugin.yml").read_text()))
+        """,
+        cwd=disk_dir,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = (disk_dir / "work" / "sea-report.json").read_text()
+    assert '"workers"' in report and (disk_dir / "out" / "group" / "group_mean.nii").is_file()
+    assert not list(shm_dir.glob("sea-*")), "a worker left its tier directory"
