@@ -20,6 +20,7 @@ Facts relied upon (nipype 1.8-1.12):
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import re
 import sys
@@ -38,7 +39,8 @@ from sea.config import SeaConfigError, check_bool, check_choice, check_positive_
 from sea.interrupt import stop_process_pool
 from sea.tiers import key_in_private_dir
 
-TESTED_RANGE = ("1.8", "1.13")  # [lowest tested, first untested)
+TESTED_RANGE = ("1.8", "1.13")
+logger = logging.getLogger("nipype.workflow")  # [lowest tested, first untested)
 
 
 def _optional(check):
@@ -341,8 +343,10 @@ class EventedMultiProc(MultiProcPlugin):
     def _async_callback(self, args):
         try:
             super()._async_callback(args)
-        except BaseException:  # the worker process died: report it as the task's failure
-            for taskid, future in self._task_obj.items():
+        except BaseException:  # the worker process died, or run_node raised: report it as the task's failure
+            # a copy: this runs in the pool's thread while the main loop adds and clears tasks, and a
+            # "dictionary changed size" error here would lose the failure (the loop then waits forever)
+            for taskid, future in list(self._task_obj.items()):
                 if future is args:
                     self._taskresult[taskid] = {"result": None, "traceback": format_exception(*sys.exc_info()), "taskid": taskid}
         finally:
@@ -446,7 +450,15 @@ class EventedTaskLoop(DistributedPluginBase):
         return False
 
     def _task_finished_cb(self, jobid, cached=False):
-        super()._task_finished_cb(jobid, cached=cached)
+        """Nipype's, without its ``refidx`` bookkeeping: that matrix only serves
+        ``_remove_node_dirs`` (Sea evicts itself), and clearing a column of it scans every row,
+        which made the loop's cost per node grow with the graph (4 ms a node at 2,000 nodes)."""
+        logger.info("[Job %d] %s (%s).", jobid, "Cached" if cached else "Completed", self.procs[jobid])
+        if self._status_callback:
+            self._status_callback(self.procs[jobid], "end")
+        self.proc_pending[jobid] = False
+        row = self.depidx.getrowview(jobid)
+        row[row.nonzero()] = 0
         self.job_finished(self.procs[jobid])
 
     def _clean_queue(self, jobid, graph, result=None):
