@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,112 @@ def test_a_500_node_fan_out_fan_in_ten_times(disk_dir, shm_dir):
     # the first run may start long-lived things (logging, Nipype's caches): compare from the second
     assert resources[-1] <= resources[1], f"threads and fds grew over the runs: {resources}"
     print(f"\n{RUNS}/{RUNS} runs identical; (threads, fds) after each run: {resources}")
+
+
+# ============================================================================= Pydra
+# The same fan-out/fan-in through SeaWorker: a split over PYDRA_VALUES values, a chain of four
+# Python tasks per value (make, twice, again, count), combined, then a total: 4 x 125 + 1 = 501 jobs.
+# One run takes 15-20 s on 2 cores, so CI repeats it PYDRA_RUNS times and the full ten runs are
+# marked slow (pytest --run-slow).
+
+try:
+    from fileformats.generic import File  # noqa: E402
+    from pydra.compose import python, workflow  # noqa: E402
+except ImportError:  # Pydra 1.0 needs Python >= 3.11
+    python = workflow = None
+
+PYDRA_VALUES = 125
+PYDRA_RUNS = 3
+
+if python is not None:
+
+    @python.define(outputs=["out"])
+    def MakeText(value: int) -> File:
+        with open("made.txt", "w") as f:
+            f.write(f"{value}\n" * 200)
+        return File(os.path.abspath("made.txt"))
+
+    @python.define(outputs=["out"])
+    def Twice(in_file: File) -> File:
+        with open(in_file) as f:
+            text = f.read()
+        with open("twice.txt", "w") as f:
+            f.write(text + text)
+        return File(os.path.abspath("twice.txt"))
+
+    @python.define(outputs=["out"])
+    def CountLines(in_file: File) -> File:
+        with open(in_file) as f, open("count.txt", "w") as g:
+            g.write(str(len(f.read().splitlines())))
+        return File(os.path.abspath("count.txt"))
+
+    @python.define(outputs=["out"])
+    def SumCounts(in_files: list[File]) -> File:
+        with open("total.txt", "w") as out:
+            out.write(str(sum(int(open(f).read()) for f in in_files)))
+        return File(os.path.abspath("total.txt"))
+
+    @workflow.define(outputs=["total", "counts"])
+    def PydraFan(values: list[int]) -> tuple[File, list[File]]:
+        make = workflow.add(MakeText().split(value=values), name="make")
+        second = workflow.add(Twice(in_file=make.out), name="twice")
+        third = workflow.add(Twice(in_file=second.out), name="again")
+        fourth = workflow.add(CountLines(in_file=third.out).combine("make.value"), name="count")
+        total = workflow.add(SumCounts(in_files=fourth.out), name="total")
+        return total.out, fourth.out
+
+
+def settled_resources(threads_before: int) -> tuple[int, int, int]:
+    """(threads, open fds, child processes) once the threads a run ended have exited: Pydra's
+    Submitter closes its event loop, and asyncio's loop.close() shuts its default executor down
+    without waiting (SeaWorker closes the core there), so that thread ends a moment later."""
+    import psutil
+
+    deadline = time.monotonic() + 5
+    while threading.active_count() > threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return threading.active_count(), open_fds(), len(psutil.Process().children(recursive=True))
+
+
+def pydra_fan_runs(runs: int, disk_dir: Path, shm_dir: Path) -> None:
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from sea.report import RunReport
+
+    jobs = 4 * PYDRA_VALUES + 1
+    sea = {"tiers": [{"path": str(shm_dir)}], "stager_threads": 4}
+    before = settled_resources(threading.active_count())
+    reference, after, seconds = None, [], []
+    for i in range(runs):
+        home = disk_dir / f"pydra-{i}"  # a fresh cache_root: every run executes every job
+        start = time.monotonic()
+        with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
+            result = sub(PydraFan(values=list(range(PYDRA_VALUES))))
+        seconds.append(round(time.monotonic() - start, 1))
+        assert not result.errored, f"run {i} failed"
+        report = RunReport.from_json(home / "sea-report.json")
+        assert report.success and report.nodes_run == jobs and report.nodes_cached == 0, report.to_text()
+        outputs = [Path(result.outputs.total).read_bytes()] + [Path(f).read_bytes() for f in result.outputs.counts]
+        # 200 lines, doubled twice: 800 lines per value
+        assert outputs == [str(800 * PYDRA_VALUES).encode()] + [b"800"] * PYDRA_VALUES, f"run {i} gave wrong outputs"
+        if reference is None:
+            reference = outputs
+        assert outputs == reference, f"run {i} gave different outputs"
+        assert list(shm_dir.iterdir()) == [], f"run {i} left files on the tier"
+        shutil.rmtree(home)
+        after.append(settled_resources(before[0]))
+    print(f"\n{runs}/{runs} Pydra runs of {jobs} jobs identical, seconds per run {seconds}")
+    print(f"(threads, fds, child processes) before: {before}, after each run: {after}")
+    assert all(r == before for r in after), f"a run left threads, fds or processes behind: before {before}, after each run {after}"
+
+
+@pytest.mark.timeout(300)
+def test_pydra_a_500_job_fan_out_fan_in_repeated(disk_dir, shm_dir):
+    pydra_fan_runs(PYDRA_RUNS, disk_dir, shm_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_pydra_a_500_job_fan_out_fan_in_ten_times(disk_dir, shm_dir):
+    pydra_fan_runs(RUNS, disk_dir, shm_dir)
