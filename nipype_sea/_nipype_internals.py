@@ -338,6 +338,11 @@ class EventedMultiProc(MultiProcPlugin):
         self.prepare_node(node)
         taskid = super()._submit_job(node, updatehash=updatehash)
         self._submitted[taskid] = (node, updatehash)
+        future = self._task_obj.get(taskid)
+        if future is not None and future.done() and taskid not in self._taskresult:
+            # MultiProc attaches the callback before it records the future: a task that failed at
+            # once ran the callback when the future could not be found yet; settle it now
+            self._async_callback(future)
         return taskid
 
     def _async_callback(self, args):
