@@ -116,6 +116,14 @@ def remove_side_files(job, root: Path) -> None:
         Path(root, name).unlink(missing_ok=True)
 
 
+def remove_stray_side_files(root: Path) -> None:
+    """Every job side file (``<uid>_info.json``, ``<checksum>.lock``, ``<checksum>_save.lock``)
+    directly in ``root``, a directory only Sea's job directories live in, once no job runs there."""
+    for pattern in ("*_info.json", "*.lock"):
+        for path in Path(root).glob(pattern):
+            path.unlink(missing_ok=True)
+
+
 def discard_unfinished_result(job) -> bool:
     """Pydra saves a job's result in a ``finally``; a run stopped by Ctrl-C or SIGTERM (a
     ``KeyboardInterrupt``, not an ``Exception``) leaves a workflow result with no outputs that is not

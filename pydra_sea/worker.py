@@ -144,6 +144,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             stop_process_pool(self.pool)
             for job, root in self._running.values():
                 px_.remove_side_files(job, root)
+            for tier in self.engine.hierarchy.fast_tiers:  # also those of jobs the stop caught between two states
+                px_.remove_stray_side_files(tier.workdir)
             self._running.clear()
             self._workflows.clear()
             self._waiting.clear()
