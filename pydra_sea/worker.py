@@ -103,11 +103,14 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 self._interrupt.restore()
                 raise
         self._workflows.append(job)
-        success = False
+        success, stopped = False, False
         try:
             result = await super().submit(job, rerun=rerun)
             success = True
             return result
+        except (KeyboardInterrupt, SystemExit):
+            stopped = True
+            raise
         finally:
             if not success:
                 px_.discard_unfinished_result(job)
@@ -116,7 +119,10 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             held = self._held.pop(id(job), [])
             if held and self.engine is not None:
                 self.engine.seal(held)  # Pydra has copied them into the workflow's directory
-            if top and self.engine is not None:  # None: close() ended an interrupted run already
+            if top and self.engine is not None and (stopped or self._interrupt.received is not None):
+                # the stop came while this coroutine ran (not while the loop waited: see close)
+                self._stop_run()
+            elif top and self.engine is not None:  # None: close() ended an interrupted run already
                 engine, interrupted = self._forget_run()
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, functools.partial(engine.close, success, interrupted=interrupted))
@@ -136,24 +142,30 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return engine, self._interrupt.received is not None
 
     def close(self) -> None:
-        """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM: Pydra's event
-        loop let the KeyboardInterrupt through and never finished its coroutine. The running jobs
-        are dropped (they run again next time), the flushes under way commit."""
+        """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM while Pydra's
+        event loop waited: the KeyboardInterrupt left the loop and never finished the coroutine."""
         if self.engine is not None:
-            self._interrupt.quiet()
-            stop_process_pool(self.pool)
-            for job, root in self._running.values():
-                px_.remove_side_files(job, root)
-            for tier in self.engine.hierarchy.fast_tiers:  # also those of jobs the stop caught between two states
-                px_.remove_stray_side_files(tier.workdir)
-            self._running.clear()
-            self._workflows.clear()
-            self._waiting.clear()
-            try:
-                self._forget_run()[0].close(success=False, interrupted=True)
-            finally:
-                self._interrupt.restore()
+            self._stop_run()
         super().close()
+
+    def _stop_run(self) -> None:
+        """End a run stopped by Ctrl-C or SIGTERM. The running jobs are dropped (they run again next
+        time), with the side files Pydra keeps next to their directories; the flushes under way
+        commit. Synchronous on purpose: the event loop must not hand out more jobs meanwhile."""
+        self._interrupt.quiet()
+        stop_process_pool(self.pool)
+        self.pool = ProcessPoolExecutor(self.n_procs)  # for a later run of this Submitter (no process yet)
+        for job, root in self._running.values():
+            px_.remove_side_files(job, root)
+        for tier in self.engine.hierarchy.fast_tiers:  # also those of jobs the stop caught between two states
+            px_.remove_stray_side_files(tier.workdir)
+        self._running.clear()
+        self._workflows.clear()
+        self._waiting.clear()
+        try:
+            self._forget_run()[0].close(success=False, interrupted=True)
+        finally:
+            self._interrupt.restore()
 
     async def run(self, job, rerun: bool = False):
         found = self._locate(job)
@@ -198,7 +210,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 if placement is None:
                     engine.node_failed(key)
                     raise
-            except BaseException:  # cancelled, or Ctrl-C: its process may still hold it (close() cleans up)
+            except (KeyboardInterrupt, SystemExit):  # a stop: left running, the run's stop drops it
+                raise
+            except BaseException:  # cancelled: its process may still hold it (close() cleans up)
                 if self.engine is engine:
                     engine.node_failed(key)
                 raise

@@ -72,3 +72,10 @@ def stop_process_pool(pool) -> None:
         if process.is_alive():  # stuck on a queue lock a killed sibling held: it cannot finish
             process.kill()
             process.join(timeout=5)
+    # A worker stopped while sending its result left half a message in the result pipe; the
+    # executor's manager thread waits for the rest, and the interpreter joins that thread at exit:
+    # the process would never end. With every worker gone, the parent's own write end is the last
+    # one: closing it turns the wait into an end of file, which the thread handles as a broken pool.
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None and not any(process.is_alive() for process in processes):
+        writer.close()
