@@ -46,7 +46,9 @@ from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph
 from sea.config import check_whole_number
-from sea.interrupt import StopSignals, stop_process_pool
+from sea.dask_options import DaskOptions
+from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
+from sea.report import RunReport
 
 from . import _pydra_internals as px_
 
@@ -57,13 +59,30 @@ def _load(value: ty.Any) -> SeaConfig:
     return SeaConfig.load(value)
 
 
+def _load_dask(value: ty.Any) -> DaskOptions | None:
+    if value is None or isinstance(value, DaskOptions):  # none, or set again when unpickled
+        return value
+    return DaskOptions.load(value, what="SeaWorker dask")
+
+
+@attrs.define
+class LastRun:
+    """What a run did, for the Dask task that ran it (:mod:`pydra_sea.dask`)."""
+
+    report: RunReport
+    keys: list[str]  # the jobs run (not found done)
+    with_inputs_held: int  # ... of which read another job's directory on a tier
+
+
 @attrs.define
 class SeaWorker(cf.ConcurrentFuturesWorker):
-    """``n_procs`` as for ``cf``; ``sea``: the Sea configuration (dict, YAML path or ``$SEA_CONFIG``)."""
+    """``n_procs`` as for ``cf``; ``sea``: the Sea configuration (dict, YAML path or ``$SEA_CONFIG``);
+    ``dask``: run on Dask distributed instead, as SeaDask's ``plugin_args['dask']`` (see :mod:`pydra_sea.dask`)."""
 
     _plugin_name = "sea"  # the name Submitter(worker=...) uses (this module is outside pydra.workers)
 
     sea: SeaConfig = attrs.field(default=None, converter=_load)
+    dask: DaskOptions | None = attrs.field(default=None, converter=_load_dask)
     # cf's pool, made once n_procs is checked (and sea loaded): attrs runs validators only after
     # every default is made, and cf's pool takes any n_procs (0: ValueError, '2': TypeError, 2.5: made)
     pool: ProcessPoolExecutor = attrs.field(eq=False, init=False, hash=False, repr=False)
@@ -77,6 +96,10 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
     _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
+    _machine: str | None = attrs.field(default=None, init=False, repr=False, eq=False)  # on a Dask worker: its name
+    _dask_run: ty.Any = attrs.field(default=None, init=False, repr=False, eq=False)  # the client's DaskRun
+    _ran: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # (key, read a tier) of jobs run
+    last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
     def _checked_pool(self) -> ProcessPoolExecutor:
@@ -89,12 +112,16 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
 
     # ------------------------------------------------------------------ the run
     async def submit(self, job, rerun: bool = False):
+        if self.dask is not None:
+            return await self._submit_on_dask(job, rerun)
         top = self.engine is None
         if top:
-            self._interrupt.install()  # a batch system's SIGTERM stops the run as Ctrl-C does (see close)
-            px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self._loop_of_run = asyncio.get_running_loop()
-            self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result)
+            # a batch system's SIGTERM stops the run as Ctrl-C does, raised by the loop (see close)
+            self._interrupt.install(stop=raise_in_loop(self._loop_of_run))
+            px_.forget_mount_table()  # the tiers may have been mounted after this process started
+            self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
+            self._ran = []
             try:
                 self.engine.update_graph(WorkflowGraph(), keys_like=px_.job_dir_names_like())
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
@@ -120,10 +147,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if held and self.engine is not None:
                 self.engine.seal(held)  # Pydra has copied them into the workflow's directory
             if top and self.engine is not None and (stopped or self._interrupt.received is not None):
-                # the stop came while this coroutine ran (not while the loop waited: see close)
+                # the stop came through this coroutine (a job's error after the signal, say)
                 self._stop_run()
             elif top and self.engine is not None:  # None: close() ended an interrupted run already
                 engine, interrupted = self._forget_run()
+                self.last_run = LastRun(engine.report, [k for k, _ in self._ran], sum(held for _, held in self._ran))
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, functools.partial(engine.close, success, interrupted=interrupted))
                 except SeaFlushError:  # an output is not home: the workflow is not done
@@ -142,8 +170,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return engine, self._interrupt.received is not None
 
     def close(self) -> None:
-        """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM while Pydra's
-        event loop waited: the KeyboardInterrupt left the loop and never finished the coroutine."""
+        """Submitter's exit. A run still open here was stopped by Ctrl-C or SIGTERM: the loop raised
+        the KeyboardInterrupt from a callback, which left the loop and never finished the coroutine."""
         if self.engine is not None:
             self._stop_run()
         super().close()
@@ -162,12 +190,31 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._running.clear()
         self._workflows.clear()
         self._waiting.clear()
+        loop = self._loop_of_run
         try:
             self._forget_run()[0].close(success=False, interrupted=True)
         finally:
-            self._interrupt.restore()
+            try:
+                _cancel_what_is_left(loop)
+            finally:
+                self._interrupt.restore()
+
+    async def _submit_on_dask(self, job, rerun: bool):
+        from .dask import DaskRun, run_nested_workflow
+
+        if self._dask_run is None:  # the top workflow: expanded here, its nodes go to the workers
+            with DaskRun(self.dask, self.sea, Path(job.cache_root)) as self._dask_run:
+                try:
+                    return await super().submit(job, rerun=rerun)
+                finally:
+                    self._dask_run = None
+        return await self._dask_run.run(run_nested_workflow, job, self.sea, rerun)  # whole, on one worker
 
     async def run(self, job, rerun: bool = False):
+        if self._dask_run is not None:  # a task of the workflow the client expands: in the home
+            from .dask import run_task
+
+            return await self._dask_run.run(run_task, job, rerun)
         found = self._locate(job)
         if found is None:  # a lone task, not part of a workflow: nothing to place
             return await super().run(job, rerun=rerun)
@@ -184,6 +231,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         # which waiting job gets a free process is the core's choice (locality, then depth)
         async with self._slots.one_for(key):
             result = await self._run_placed(job, key, rerun)
+            self._ran.append((key, any(engine.physical_dir(p) is not None for p in engine.graph.producers(key))))
             if key in self._persisted:  # its directory will move home (Pydra asks the tier until then)
                 px_.look_home_first(job, home, engine.physical_dir(key).parent)
             engine.node_finished(key)
@@ -285,11 +333,26 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals())  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
         super().__setstate__(state)
+
+
+def _cancel_what_is_left(loop: asyncio.AbstractEventLoop | None) -> None:
+    """Cancel, and let unwind, the coroutines a stop left suspended in ``loop`` (Pydra's expansion
+    of the workflows, the jobs waiting for a process), while the loop can still run them: left to the
+    garbage collector, they unwind after the Submitter closed the loop, and Pydra records the
+    'Event loop is closed' error that follows as the workflow's crash, which the next run reports
+    as a failure."""
+    if loop is None or loop.is_closed() or loop.is_running():
+        return
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
 class _Processes:

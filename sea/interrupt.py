@@ -10,12 +10,19 @@ one of them dying can end the run with the engine's own error (Nipype: ``BrokenP
 before the main thread's handler has run, so the handler also records the signal (``received``).
 ``quiet()`` stops it from raising while the adapter winds down, so a second Ctrl-C cannot cut the
 final flushes short. Only the main thread can install handlers; elsewhere this does nothing.
+
+A KeyboardInterrupt raised by a signal handler surfaces wherever the main thread happens to be,
+including inside the standard library's own critical sections: seen in Pydra's event loop, raised
+between ``ProcessPoolExecutor.submit`` taking a queue's lock and releasing it, which left the
+executor's thread waiting for that lock forever and the process unable to exit. A run driven by
+an asyncio event loop therefore has the loop raise it, between two callbacks (:func:`raise_in_loop`).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -27,10 +34,12 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
         self._raising = True
+        self._stop: Callable[[int], None] | None = None
 
-    def install(self) -> StopSignals:
+    def install(self, stop: Callable[[int], None] | None = None) -> StopSignals:
+        """``stop(signum)``: what a stop signal does instead of raising KeyboardInterrupt on the spot."""
         if not self._previous and threading.current_thread() is threading.main_thread():
-            self.received, self._raising = None, True
+            self.received, self._raising, self._stop = None, True, stop
             self._previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         return self
 
@@ -45,14 +54,33 @@ class StopSignals:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.received = signum
-        if self._raising:
-            raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+        if self._raising and self._stop is not None:
+            self._stop(signum)
+        elif self._raising:
+            raise_stop(signum)
 
     def __enter__(self) -> StopSignals:
         return self.install()
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+def raise_stop(signum: int) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+
+
+def raise_in_loop(loop) -> Callable[[int], None]:
+    """A ``stop`` for :meth:`StopSignals.install` that has the asyncio event ``loop`` raise the
+    KeyboardInterrupt from a callback of its own; it leaves ``run_until_complete`` from there."""
+
+    def stop(signum: int) -> None:
+        try:
+            loop.call_soon_threadsafe(raise_stop, signum)  # a deque append and a byte to the loop's wake-up pipe
+        except RuntimeError:  # the loop is closed: the run is over
+            pass
+
+    return stop
 
 
 def stop_process_pool(pool) -> None:
