@@ -20,6 +20,7 @@ from pathlib import Path
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph
 from sea.config import unknown_key
 from sea.dask_options import DaskOptions
+from sea.engine import sweep_partial_copies
 from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
@@ -109,6 +110,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         self.home = home
         config_ = SeaConfig.load(self.sea)
         specs = node_specs(graph, home, config_.sinks)
+        sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
         with self.dask.client() as client:
             self._client = client
             client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)

@@ -19,7 +19,10 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 - fileformats' ``FsMountIdentifier._mount_table``: a cache of the mount table taken once per
   process, which Pydra uses to decide whether a workflow's outputs can be hard-linked into its
   directory. A tier mounted after that (a tmpfs a job script mounts) would be taken for the
-  filesystem it sits on, and the link fail with EXDEV; we drop the cache when a run starts.
+  filesystem it sits on, and the link fail with EXDEV; we drop the cache when a run starts;
+- ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
+  job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
+  set as ``Submitter.__call__`` sets it).
 
 ``tests/test_pydra_internals.py`` checks each of these against the installed Pydra.
 """
@@ -199,3 +202,9 @@ def relocate_result(copy: Path, old: Path, new: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, result_file)
+
+
+def submit_through(job, submitter) -> None:
+    """Have ``submitter`` expand ``job`` (a workflow job made by another process's submitter and
+    sent here pickled): a workflow job expands through the submitter it records (``job.submitter``)."""
+    job.submitter = submitter

@@ -50,17 +50,17 @@ class DaskOptions:
     timeout: float = field(default=600.0, metadata={"doc": "seconds to wait for every worker (n_workers, or jobs x processes) to start"})
 
     @classmethod
-    def load(cls, value: Any) -> DaskOptions:
+    def load(cls, value: Any, what: str = "plugin_args['dask']") -> DaskOptions:
+        """``what``: how the user gave them, for the error messages."""
         if value is None:
             return cls(cluster="local")
         if not isinstance(value, Mapping):
-            raise SeaConfigError(f"plugin_args['dask'] must be a dict such as {{'cluster': 'local', 'n_workers': 3}}, not {value!r}")
+            raise SeaConfigError(f"{what} must be a dict such as {{'cluster': 'local', 'n_workers': 3}}, not {value!r}")
         known = [f.name for f in fields(cls)]
         for key in value:
             if key not in known:
-                raise unknown_key("plugin_args['dask']", key, known)
+                raise unknown_key(what, key, known)
         options = cls(**value)
-        what = "plugin_args['dask']"
         if (options.address is None) == (options.cluster is None):
             raise SeaConfigError(f"{what}: give either 'address' (a running scheduler) or 'cluster' (local or slurm), not {dict(value)!r}")
         if options.address is not None and not isinstance(options.address, str):

@@ -113,6 +113,15 @@ class _Node:
     parts: list[str] = field(default_factory=list)
 
 
+def sweep_partial_copies(graph: WorkflowGraph, home: Path, log: logging.Logger) -> None:
+    """Remove the temporary copies a killed run left in the home and the sinks' destinations. A
+    run spread over machines does it once, on its client, before any machine starts flushing."""
+    destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
+    swept = sum(sweep_temporaries(root) for root in {Path(home), *destinations} if root.is_dir())
+    if swept:
+        log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
+
+
 class SeaEngine:
     """Placement, staging, eviction and resume for one run of one workflow."""
 
@@ -167,10 +176,8 @@ class SeaEngine:
         ``plan_resume=False``: the engine's own cache check decides what reruns (one engine of
         several, each knowing only the nodes that ran on its machine)."""
         self._check_rules(graph, keys_like)
-        destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
-        swept = sum(sweep_temporaries(root) for root in {self.home, *destinations} if root.is_dir())
-        if swept:
-            self.log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
+        if self.machine is None:  # an engine of several leaves it to the run's client: the others may be flushing
+            sweep_partial_copies(graph, self.home, self.log)
         with self._lock:
             self.graph = graph
             self._skip = plan_skips(graph, self.journal, self.home) if plan_resume else set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .sizes import format_size
@@ -131,6 +131,23 @@ class RunReport:
 _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries")  # fmt: skip
+
+
+def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:
+    """One row per tier name, for runs that used a tier one after the other: their figures summed,
+    the highest peak kept."""
+    combined: dict[str, TierReport] = {}
+    for tier in tiers:
+        if tier.name not in combined:
+            combined[tier.name] = replace(tier)
+            continue
+        row = combined[tier.name]
+        row.peak_bytes = max(row.peak_bytes, tier.peak_bytes)
+        row.bytes_written += tier.bytes_written
+        row.nodes_placed += tier.nodes_placed
+        row.spills += tier.spills
+        row.bytes_evicted += tier.bytes_evicted
+    return list(combined.values())
 
 
 def merge_reports(reports: list[RunReport], rows) -> RunReport:

@@ -8,13 +8,13 @@ renames or removes under any tier)."""
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("distributed")
-from distributed import Client, Nanny, Scheduler, SpecCluster, WorkerPlugin  # noqa: E402
+
+from dask_cluster import *  # noqa: E402, F403 - the cluster fixture, which pytest finds by name
+from dask_cluster import SEA, assert_no_foreign_access  # noqa: E402
 
 from example_workflows.incrementation.workflow import build_workflow, make_chunks  # noqa: E402
 from sea.report import RunReport  # noqa: E402
@@ -22,64 +22,9 @@ from sea.report import RunReport  # noqa: E402
 from conftest import sea_private_dirs, tree_files  # noqa: E402
 from nipype_workflows import build_full, make_subjects, run  # noqa: E402
 
-WATCHED = ("open", "os.listdir", "os.scandir", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "shutil.rmtree", "shutil.copyfile")
-
-
-class AccessLog(WorkerPlugin):
-    """Records, in the worker process, every path under ``roots`` that Python code touches."""
-
-    def __init__(self, roots: list[str]):
-        self.roots = roots
-
-    def setup(self, worker) -> None:
-        seen: set[str] = set()
-        roots = tuple(self.roots)
-
-        def hook(event, args):
-            if event in WATCHED and args and isinstance(args[0], (str, os.PathLike)):
-                path = os.fspath(args[0])
-                if path.startswith(roots):
-                    seen.add(path)
-
-        sys.addaudithook(hook)  # for the life of the worker process, which ends with the test
-        worker.sea_access_log = seen
-
-
-def access_log(dask_worker=None) -> list[str]:
-    return sorted(dask_worker.sea_access_log)
-
-
-@pytest.fixture
-def cluster(tmpfs_factory, shm_dir, tmp_path):
-    """Three single-threaded worker processes named w0-w2; ``SEA_TEST_TIER`` is each one's tier."""
-    tiers = {"w0": tmpfs_factory("48M"), "w1": shm_dir / "w1", "w2": shm_dir / "w2"}
-    tiers["w1"].mkdir()
-    tiers["w2"].mkdir()
-    tiers = {name: Path(path) for name, path in tiers.items()}
-    workers = {name: {"cls": Nanny, "options": {"nthreads": 1, "name": name, "env": {"SEA_TEST_TIER": str(path)}, "local_directory": str(tmp_path / "dask")}} for name, path in tiers.items()}
-    with SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard": False}}) as spec:
-        with Client(spec) as client:
-            client.wait_for_workers(3)
-            client.register_plugin(AccessLog([str(p) for p in tiers.values()]), name="access-log")
-            yield spec.scheduler_address, tiers, client
-    # the tiers may keep only what a failed test left
-
-
-# w1 and w2 share /dev/shm's filesystem; each worker sees only its own directory
-SEA = {"tiers": [{"path": "${SEA_TEST_TIER}"}], "default_node_size": "1MiB"}
-
 
 def seadask(address: str, **dask) -> dict:
     return {"dask": {"address": address, **dask}, "sea": SEA}
-
-
-def assert_no_foreign_access(client, tiers: dict[str, Path]) -> None:
-    names = {address: str(info["name"]) for address, info in client.scheduler_info()["workers"].items()}
-    for address, paths in client.run(access_log).items():
-        mine = tiers[names[address]]
-        foreign = [p for p in paths if not Path(p).is_relative_to(mine)]
-        assert not foreign, f"{names[address]} opened another worker's tier: {foreign[:3]}"
-        assert paths, f"{names[address]} used no tier at all"
 
 
 def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir):
