@@ -36,7 +36,7 @@ from nipype.pipeline.plugins.base import DistributedPluginBase
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
-from sea.interrupt import stop_process_pool
+from sea.interrupt import StopRequest, stop_process_pool
 from sea.tiers import key_in_private_dir
 
 TESTED_RANGE = ("1.8", "1.13")
@@ -264,6 +264,7 @@ class EventedMultiProc(MultiProcPlugin):
         self._wake = threading.Event()
         self._poll_timeout = 2.0
         self._submitted: dict[int, tuple[object, bool]] = {}
+        self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
 
     # events (no-op defaults) ---------------------------------------------
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
@@ -321,6 +322,7 @@ class EventedMultiProc(MultiProcPlugin):
             gc.unfreeze()
 
     def _send_procs_to_workers(self, updatehash=False, graph=None):
+        self.stop_request.raise_if_requested()
         self._wake.clear()
         super()._send_procs_to_workers(updatehash=updatehash, graph=graph)
         if not any(taskid in self._taskresult for taskid, _ in self.pending_tasks):
@@ -399,6 +401,7 @@ class EventedTaskLoop(DistributedPluginBase):
         super().__init__(plugin_args=plugin_args)
         self._wake = threading.Event()
         self._poll_timeout = 2.0
+        self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
 
     def order_ready_jobs(self, jobids: list[int]) -> list[int]:
         return jobids
@@ -438,6 +441,7 @@ class EventedTaskLoop(DistributedPluginBase):
         self._edges = self.depidx.copy()  # Nipype clears depidx as jobs finish
 
     def _send_procs_to_workers(self, updatehash=False, graph=None):
+        self.stop_request.raise_if_requested()
         self.before_submitting()
         self._wake.clear()
         ready = [int(j) for j in np.flatnonzero(~self.proc_done & (self.depidx.sum(axis=0) == 0).__array__())]

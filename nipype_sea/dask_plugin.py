@@ -10,8 +10,10 @@ worker's engine stages the declared outputs home and evicts what nobody needs an
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import shutil
 import time
 import traceback
 from itertools import count
@@ -21,6 +23,7 @@ from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph
 from sea.config import unknown_key
 from sea.dask_options import DaskOptions
 from sea.engine import sweep_partial_copies
+from sea.interrupt import StopSignals
 from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
@@ -65,11 +68,21 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumer
             break
         except Exception:  # noqa: BLE001 - reported to the client as MultiProc reports it
             text = traceback.format_exc()
+            if engine.closed:
+                break
             placement = engine.retry_elsewhere(key, text, link=False)
             if placement is None:
                 engine.node_failed(key)
                 return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": [text]}
-    engine.node_finished(key)
+    engine.node_finished(key)  # does nothing if the client closed the run meanwhile
+    if engine.closed:
+        # the client stopped the run while the node ran: its directory was dropped, and what the
+        # node wrote since (Nipype makes its directories again) goes too, up to Sea's own directory
+        shutil.rmtree(placement.physical, ignore_errors=True)
+        for parent in [d for d in placement.physical.parents if d == placement.tier.workdir or placement.tier.workdir in d.parents]:
+            with contextlib.suppress(OSError):  # not empty: another node's, or kept by a rule
+                parent.rmdir()
+        return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": ["the run was stopped while this node ran"]}
     return {"cached": False, "size": engine.held_bytes(key), "worker": storage.worker_name, "traceback": None}
 
 
@@ -118,12 +131,20 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
             self._checked = time.monotonic()
             success = False
+            stop = StopSignals().install(stop=self.stop_request)  # SIGTERM (a batch system's) as Ctrl-C
             try:
                 result = super().run(graph, config, updatehash=updatehash)
                 success = True
                 return result
             finally:
-                outcomes = client.run(close_run, success)
+                stop.quiet()
+                interrupted = stop.received is not None
+                if interrupted:  # nodes not started yet never will; those running are dropped by close_run
+                    client.cancel([future for _, future in self._futures.values()])
+                try:
+                    outcomes = client.run(close_run, success, interrupted)
+                finally:
+                    stop.restore()
                 self.report = merge_reports([o["report"] for o in outcomes.values()], self.planner.rows.values())
                 self.report.nodes_recomputed = self.planner.recomputed
                 self.report.success = success and not any(o["flush_error"] for o in outcomes.values())

@@ -77,7 +77,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.shutdown_pool()
             raise
         success = False
-        stop = StopSignals().install()  # a batch system's SIGTERM stops the run as Ctrl-C does
+        stop = StopSignals().install(stop=self.stop_request)  # a batch system's SIGTERM stops the run as Ctrl-C does
         try:
             result = super().run(graph, config, updatehash=updatehash)
             success = True

@@ -460,7 +460,7 @@ class SeaEngine:
     def node_finished(self, key: str) -> None:
         with self._lock:
             node = self._whole_node(key)
-            if node is None:
+            if node is None or self._closed:  # closed: stopped while it ran, its directory dropped
                 return
             p = node.placement
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)

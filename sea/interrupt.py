@@ -15,7 +15,8 @@ A KeyboardInterrupt raised by a signal handler surfaces wherever the main thread
 including inside the standard library's own critical sections: seen in Pydra's event loop, raised
 between ``ProcessPoolExecutor.submit`` taking a queue's lock and releasing it, which left the
 executor's thread waiting for that lock forever and the process unable to exit. A run driven by
-an asyncio event loop therefore has the loop raise it, between two callbacks (:func:`raise_in_loop`).
+an asyncio event loop therefore has the loop raise it, between two callbacks (:func:`raise_in_loop`);
+Nipype's scheduling loop, at the start of a round (:class:`StopRequest`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,24 @@ class StopSignals:
 
 def raise_stop(signum: int) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+
+
+class StopRequest:
+    """A ``stop`` for :meth:`StopSignals.install` in a run driven by a loop of its own (Nipype's):
+    the signal is noted and the loop woken; the loop calls :meth:`raise_if_requested` once per
+    round, where raising leaves nothing half-done."""
+
+    def __init__(self, wake: Callable[[], None]):
+        self.signum: int | None = None
+        self._wake = wake
+
+    def __call__(self, signum: int) -> None:
+        self.signum = signum
+        self._wake()
+
+    def raise_if_requested(self) -> None:
+        if self.signum is not None:
+            raise_stop(self.signum)
 
 
 def raise_in_loop(loop) -> Callable[[int], None]:

@@ -69,11 +69,13 @@ class NodeStorage(WorkerPlugin):
         if self.relocate is not None:
             self.relocate(target, Path(source), target)
 
-    def close(self, success: bool) -> dict:
-        """End the run here: wait for the flushes, evict, report. Never raises: a flush error is returned."""
+    def close(self, success: bool, interrupted: bool = False) -> dict:
+        """End the run here: wait for the flushes, evict, report. Never raises: a flush error is
+        returned. ``interrupted``: the client was stopped (Ctrl-C, SIGTERM); nodes running here are
+        dropped, they run again next time."""
         error = None
         try:
-            report = self.engine.close(success=success)
+            report = self.engine.close(success=success, interrupted=interrupted)
         except SeaFlushError as exc:
             report, error = self.engine.report, str(exc)
         return {"worker": self.worker_name, "report": report, "flush_error": error}
@@ -104,5 +106,5 @@ async def finished_elsewhere(key: str, dask_worker=None) -> None:
         engine.finished_elsewhere(key)
 
 
-def close_run(success: bool, dask_worker=None) -> dict:
-    return dask_worker.plugins[NAME].close(success)
+def close_run(success: bool, interrupted: bool = False, dask_worker=None) -> dict:
+    return dask_worker.plugins[NAME].close(success, interrupted)

@@ -8,6 +8,8 @@ renames or removes under any tier)."""
 from __future__ import annotations
 
 import os
+import signal
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from example_workflows.incrementation.workflow import build_workflow, make_chunk
 from sea.report import RunReport  # noqa: E402
 
 from conftest import sea_private_dirs, tree_files  # noqa: E402
+from example_runs import ROOT  # noqa: E402
 from nipype_workflows import build_full, make_subjects, run  # noqa: E402
 
 
@@ -110,3 +113,55 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
     assert report.success and report.nodes_recomputed >= 1, report.to_text()
     client.wait_for_workers(3)
     assert_no_foreign_access(client, tiers)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluster, disk_dir, signum):
+    """Ctrl-C or SLURM's SIGTERM to the driver (the workers are other jobs, and live on): it exits
+    within seconds, nothing is left half-copied in the home, every worker's journal records the
+    stop, the live workers' tiers are empty, and the same command run again gives MultiProc's outputs."""
+    import subprocess
+    import sys
+    import time
+
+    from sea.stager import TMP_MARK
+
+    address, tiers, client = cluster
+    root = disk_dir / "stopped"
+    root.mkdir()
+    (root / "sea.yml").write_text("tiers:\n  - path: ${SEA_TEST_TIER}\ndefault_node_size: 1MiB\n")
+    command = [sys.executable, "-m", "example_workflows.incrementation", "--root", str(root), "--chunks", "6", "--chunk-mib", "2",
+               "--iterations", "6", "--plugin", "SeaDask", "--dask-address", address, "--sea", str(root / "sea.yml")]  # fmt: skip
+    reference = disk_dir / "ref"
+    run(build_workflow(*_ref_data(reference), 6, reference / "work", reference / "out"), "MultiProc")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+
+    def done() -> int:
+        return sum(p.read_text().count('"done"') for p in (root / "work" / ".sea").glob("journal-*.jsonl"))
+
+    deadline = time.monotonic() + 120
+    while done() < 8 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be stopped"
+    stopped_at = time.monotonic()
+    os.killpg(proc.pid, signum)
+    output, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - stopped_at
+    assert proc.returncode != 0, "a stopped run reported success"
+    assert [p for p in root.rglob(f"*{TMP_MARK}*")] == [], "a copy was left half-done"
+    report = RunReport.from_json(root / "work" / "sea-report.json")
+    assert report.interrupted and not report.success, output.decode()[-2000:]
+    journals = list((root / "work" / ".sea").glob("journal-*.jsonl"))
+    assert journals and all('"interrupted"' in j.read_text() for j in journals), "a worker's journal does not record the stop"
+    left = [str(f) for d in sea_private_dirs(*tiers.values()) for f in d.rglob("*")]
+    assert sea_private_dirs(*tiers.values()) == [], f"a tier is not empty after the stop: {left[:8]}"
+
+    rerun = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert tree_files(root / "out") == tree_files(reference / "out")
+    print(f"\nSeaDask {signal.Signals(signum).name}: stopped in {took:.2f} s, {report.files_flushed} files committed before stopping")
+
+
+def _ref_data(reference: Path) -> tuple[Path, int]:
+    chunks = make_chunks(reference / "data", 6, 2.0)
+    return reference / "data", len(chunks)

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pydra", action="store_true", help="run the Pydra version (Pydra 1.0, Python >= 3.11)")
     parser.add_argument("--n-procs", type=int, default=2)
     parser.add_argument("--sea", default=None, help="Sea config: a YAML file (default: $SEA_CONFIG, else discovered tiers)")
+    parser.add_argument("--dask-address", default=None, help="with --plugin SeaDask: a running Dask scheduler (default: a local cluster of --n-procs workers)")
     args = parser.parse_args(argv)
 
     root = Path(args.root).resolve()
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     wf = build_workflow(root / "data", args.chunks, args.iterations, root / "work", root / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     plugin_args = {"n_procs": args.n_procs}
+    if args.plugin == "SeaDask":
+        plugin_args = {"dask": {"address": args.dask_address} if args.dask_address else {"cluster": "local", "n_workers": args.n_procs}}
     if args.sea:
         plugin_args["sea"] = args.sea
     start = time.monotonic()
