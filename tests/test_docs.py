@@ -35,3 +35,13 @@ def test_readme_demo_command_prints_the_report(tmp_path):
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Sea run succeeded" in result.stdout and "flushed home" in result.stdout
+
+
+def test_the_documentation_builds_without_a_warning(tmp_path):
+    """Sphinx with MyST, as tox's docs environment builds it; a warning (a broken link or
+    cross-reference, a page outside the table of contents) fails."""
+    pytest.importorskip("myst_parser")
+    result = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(ROOT / "docs"), str(tmp_path / "html")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "html" / "slurm.html").exists()
