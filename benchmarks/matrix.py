@@ -80,6 +80,7 @@ class Configuration:
     out_on_tmpfs: bool = False  # the DataSink directory too
     sea: str | None = None  # "tiers": the node-local tiers; "fast": a tmpfs of its own; None: no Sea
     keep_intermediates: bool = False
+    prefetch: bool = False  # Sea's prefetch of the input files
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
 
     @property
@@ -93,6 +94,7 @@ CONFIGURATIONS = (
     Configuration("B", "MultiProc, work dir on tmpfs by hand", "MultiProc", work_on_tmpfs=True),
     Configuration("C", "SeaMultiProc", "SeaMultiProc", sea="tiers"),
     Configuration("C'", "SeaMultiProc, keep_intermediates", "SeaMultiProc", sea="tiers", keep_intermediates=True),
+    Configuration("CP", "SeaMultiProc, prefetch on", "SeaMultiProc", sea="tiers", prefetch=True),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
     Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
     # Pydra 1.0 (incrementation only): the cache_root on the shared filesystem; the workflow's outputs

@@ -1,7 +1,7 @@
 """The side-by-side benchmark: what users run today against Sea, on a busy and an unloaded shared filesystem.
 
 ``python -m benchmarks.run --size smoke|full [--reps 3] [--throttles busy,unloaded]
-[--workloads incrementation,filtering] [--configs A2,A,B,C,C',T,S,P,PS] [--out benchmarks/results]``
+[--workloads incrementation,filtering] [--configs A2,A,B,C,C',CP,T,S,P,PS] [--out benchmarks/results]``
 
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
 5 ms per metadata operation; ``unloaded``: the bare local disk) and each workload (incrementation,
@@ -15,6 +15,8 @@ byte for byte with A's:
   filesystem: what careful users do today (it loses resume, and fails when tmpfs fills);
 * C  SeaMultiProc, home on the shared filesystem, tiers /dev/shm then the local disk;
 * C' SeaMultiProc with ``keep_intermediates: true`` (the seeds' flush-all);
+* CP SeaMultiProc with ``prefetch: true``: the input files (on the shared filesystem) copied to the
+  tier ahead of the nodes reading them;
 * T  MultiProc with everything on tmpfs (nothing on the shared filesystem);
 * S  SeaMultiProc with everything on tmpfs (its tier a tmpfs mounted for the benchmark): Sea's own cost;
 * P  Pydra 1.0 with its cf worker, cache_root on the shared filesystem (incrementation only);
@@ -142,7 +144,7 @@ def worker(args: argparse.Namespace) -> None:
     wf.config["execution"]["poll_sleep_duration"] = config.poll
     plugin_args: dict = {"n_procs": PROCESSES}
     if config.sea:
-        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "keep_intermediates": config.keep_intermediates}
+        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "keep_intermediates": config.keep_intermediates, "prefetch": config.prefetch}
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
     result: dict = {"makespan_seconds": time.monotonic() - start}

@@ -112,11 +112,13 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
             ("C within 1.15x of the limit L", med["C"] / limit if limit and "C" in med else None, "<=", 1.15),
             ("C at least 1.3x faster than B", ratio("B", "C"), ">=", 1.3),
             ("C' not slower than A", ratio("A", "C'"), ">=", 1.0),
+            ("prefetch: CP not slower than C (bound 2x)", ratio("C", "CP"), ">=", 1.0),
             ("Pydra: PS at least 5x faster than P", ratio("P", "PS"), ">=", 5.0),
         ]
     else:
         wanted = [
             ("C costs at most 3% over the tuned A", ratio("C", "A"), "<=", 1.03),
+            ("prefetch: CP costs at most 3% over C", ratio("CP", "C"), "<=", 1.03),
             ("S (Sea, all on tmpfs) within 1.1x of T (MultiProc, all on tmpfs)", ratio("S", "T"), "<=", 1.1),
             ("Pydra: PS costs at most 3% over P", ratio("PS", "P"), "<=", 1.03),
         ]
@@ -172,7 +174,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "CP": "#2a9", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]

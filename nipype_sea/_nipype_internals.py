@@ -138,14 +138,67 @@ def expanded_graph(workflow):
 def unconnected_file_bytes(node) -> int:
     """Bytes of the existing files named by the node's unconnected inputs (what it reads from the
     shared filesystem when it is a source)."""
-    total = 0
+    return sum(os.path.getsize(p) for p in unconnected_input_files(node))
+
+
+def _paths_in(value) -> list[str]:
+    """The absolute paths of existing files in an input or output value (lists and tuples walked)."""
+    if isinstance(value, str):
+        return [value] if os.path.isabs(value) and os.path.isfile(value) else []
+    if isinstance(value, (list, tuple)):
+        return [p for item in value for p in _paths_in(item)]
+    return []
+
+
+def unconnected_input_files(node) -> list[str]:
+    """The files named by the node's inputs that no connection sets (a node reading the raw data)."""
+    return [p for name, value in node.inputs.get().items() if name not in node.input_source for p in _paths_in(value)]
+
+
+def connected_output_files(directory: Path, connections) -> list[str]:
+    """The files a finished node in ``directory`` hands a consumer through ``connections`` (the
+    execution graph edge's ``connect`` list of (output, input)), read from its saved result."""
+    from nipype.pipeline.engine.utils import loadpkl
+
+    results = sorted(Path(directory).glob("result_*.pklz"))
+    if not results:
+        return []
+    outputs = getattr(loadpkl(results[0]), "outputs", None)
+    if outputs is None:
+        return []
+    # a Node's outputs are a traited spec; a MapNode's, a Bunch of lists
+    values = outputs.get() if hasattr(outputs, "copyable_trait_names") else dict(outputs.dictcopy())
+    names = {source for source, _ in connections if isinstance(source, str)}
+    return [p for name in sorted(names) for p in _paths_in(values.get(name))]
+
+
+def read_copies(node, copies: dict[str, str]) -> int:
+    """Point the node's inputs at fast copies of the files they name, keeping its hash: the hash
+    is taken first, with the original paths, and kept in the node (Nipype computes it once), so its
+    directory, its cache check and a later run without copies see the same node. Inputs whose files
+    the interface links into its directory (``copyfile=False``) keep the original: the link would
+    outlive the copy. Returns the number of inputs changed."""
+    if not copies or is_mapnode(node):
+        return 0
+    node._get_hashval()
+
+    def swapped(value):
+        if isinstance(value, str):
+            return copies.get(value, value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(swapped(v) for v in value)
+        return value
+
+    changed = 0
+    traits = node.inputs.traits()
     for name, value in node.inputs.get().items():
-        if name in node.input_source:
+        if traits[name].copyfile is False:
             continue
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, str) and os.path.isfile(item):
-                total += os.path.getsize(item)
-    return total
+        new = swapped(value)
+        if new != value:
+            setattr(node.inputs, name, new)
+            changed += 1
+    return changed
 
 
 def logical_dir(node) -> Path:

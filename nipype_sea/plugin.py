@@ -52,6 +52,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             warnings.warn(f"SeaMultiProc is tested with nipype {'-'.join(nx_.TESTED_RANGE)}, not {nipype.__version__}", stacklevel=2)
         super().__init__(plugin_args=plugin_args)
         self.engine: SeaEngine | None = None
+        self._graph = None
         self._keys: dict[int, str] = {}
         self.home: Path | None = None
         self.report = None
@@ -76,6 +77,10 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.engine.abort()  # leave no private directory behind on the tiers
             self.shutdown_pool()
             raise
+        self._graph = graph
+        if self.engine.prefetcher is not None:  # the raw data each node names itself
+            for node in graph.nodes():
+                self.engine.expect_reads(self._node_key(node), nx_.unconnected_input_files(node))
         success = False
         stop = StopSignals().install(stop=self.stop_request)  # a batch system's SIGTERM stops the run as Ctrl-C does
         try:
@@ -134,10 +139,12 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def prepare_node(self, node) -> None:
         nx_.read_inputs_from(node, self._physical_dir)
-        placement = self.engine.place(self._node_key(node))  # a MapNode's sub-node becomes a part of it
+        key = self._node_key(node)
+        placement = self.engine.place(key)  # a MapNode's sub-node becomes a part of it
         nx_.set_run_dir(node, placement.physical)
         if placement.staging is not None:
             nx_.redirect_sink(node, placement.staging)
+        nx_.read_copies(node, self.engine.prefetched(key))  # its input files, copied ahead to a tier
 
     def retry_node(self, node, traceback_text: str) -> bool:
         key = self._node_key(node)
@@ -151,12 +158,26 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_finished(self, node, cached: bool) -> None:
         key = self._node_key(node)
+        if self.engine.prefetcher is not None and not self.engine.is_skipped(key):
+            self._expect_reads_after(node, key)
         if self.engine.is_skipped(key):
             self.engine.node_skipped(key)
         elif cached:
             self.engine.node_cached(key)
         else:
             self.engine.node_finished(key)
+
+    def _expect_reads_after(self, node, key: str) -> None:
+        """A data grabber (or any node) finished: the shared files it hands its consumers are
+        copied ahead of them."""
+        if node not in self._graph:  # a MapNode's sub-node: its MapNode hands on its outputs
+            return
+        directory = self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node)
+        for consumer in self._graph.successors(node):
+            connections = self._graph.get_edge_data(node, consumer).get("connect", [])
+            files = nx_.connected_output_files(directory, connections)
+            if files:
+                self.engine.expect_reads(self._node_key(consumer), files)
 
     def job_failed(self, node) -> None:
         key = self._node_key(node)

@@ -6,6 +6,7 @@ Errors in a configuration print as one line, without a traceback, and exit with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -129,7 +130,7 @@ def config_reference() -> str:
     ]
     for key, doc, default, example in SeaConfig.describe():
         lines += [f"## `{key}`", "", doc[0].upper() + doc[1:].rstrip(".") + ".", ""]
-        shown = list(default) if isinstance(default, tuple) else default
+        shown = list(default) if isinstance(default, tuple) else dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
         if key == "default_node_size":
             shown = format_size(default)
         lines += [f"Default: `{json.dumps(shown)}`", "", "```yaml", _yaml_line(key, example), "```", ""]

@@ -73,6 +73,15 @@ class Rule:
         return _compile_pattern(self.pattern)
 
 
+@dataclass(frozen=True)
+class PrefetchSpec:
+    """Copying the workflow's input files from the shared filesystem to a fast tier ahead of their readers."""
+
+    enabled: bool = field(default=False, metadata={"doc": "copy input files ahead of the nodes that read them"})
+    budget: str = field(default="25%", metadata={"doc": "room prefetched copies may take on a tier: a size ('2GiB') or a share of it ('25%')"})
+    lookahead: int = field(default=4, metadata={"doc": "how many of the next reader nodes have their files copied ahead"})
+
+
 def _compile_pattern(pattern: str) -> re.Pattern[str]:
     if pattern.startswith("re:"):
         return re.compile(pattern[3:])
@@ -144,6 +153,17 @@ class SeaConfig:
             "interface class names whose base_directory receives declared outputs (staged on a fast tier, "
             "copied home by the stager)",
             ["DataSink", "DerivativesDataSink"],
+        ),
+    )
+    prefetch: PrefetchSpec = field(
+        default=PrefetchSpec(),
+        metadata=_doc(
+            "copy the workflow's input files (what data grabbers and node inputs point at on the shared "
+            "filesystem) to the fastest tier with room ahead of the nodes that read them, in the order they "
+            "will run, within a budget per tier; each copy goes once its last reader finished. enabled "
+            "(default false), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
+            "ahead, default 4)",
+            {"enabled": True, "budget": "2GiB", "lookahead": 4},
         ),
     )
     default_node_size: int = field(
@@ -378,6 +398,29 @@ def _parse_node_size(value: Any, what: str) -> int:
         raise SeaConfigError(f"{what}: {exc}") from None
 
 
+def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
+    if value is None:
+        return PrefetchSpec()
+    if isinstance(value, bool):  # prefetch: true
+        return PrefetchSpec(enabled=value)
+    if not isinstance(value, Mapping):
+        raise SeaConfigError(f"{what} must be true, false or a mapping like {{enabled: true, budget: 2GiB, lookahead: 4}}, not {value!r}")
+    known = [f.name for f in fields(PrefetchSpec)]
+    for key in value:
+        if key not in known:
+            raise unknown_key(what, key, known)
+    enabled = check_bool(value.get("enabled", True), f"{what}.enabled")
+    budget = str(value.get("budget", PrefetchSpec.budget))
+    try:
+        empty = parse_fraction(budget) is None and parse_size(budget) == 0
+    except ValueError as exc:
+        raise SeaConfigError(f"{what}.budget {exc}, or a share like '25%'") from None
+    if empty:
+        raise SeaConfigError(f"{what}.budget {budget!r} leaves no room; give a positive size or share, or enabled: false")
+    lookahead = check_whole_number(value.get("lookahead", PrefetchSpec.lookahead), f"{what}.lookahead", 1, 1000)
+    return PrefetchSpec(enabled=enabled, budget=budget, lookahead=lookahead)
+
+
 _PARSERS = {
     "tiers": _parse_tiers,
     "rules": _parse_rules,
@@ -386,5 +429,6 @@ _PARSERS = {
     "report": _parse_report,
     "sinks": _parse_sinks,
     "default_node_size": _parse_node_size,
+    "prefetch": _parse_prefetch,
 }
 assert set(_PARSERS) == set(SeaConfig.keys())

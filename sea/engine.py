@@ -51,6 +51,7 @@ from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
 from .ordering import order_ready
+from .prefetch import Prefetcher
 from .report import RunReport, TierReport, peak_concurrent_bytes
 from .resume import plan_skips
 from .sizes import format_size
@@ -164,6 +165,7 @@ class SeaEngine:
         self._wake = on_event or (lambda: None)
         self._relocate = relocate
         self._lock = self.hierarchy.lock
+        self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
         self._start = time.monotonic()
         self._closed = False
         self.log.info("[Sea] tiers: %s", self.hierarchy.describe())
@@ -442,6 +444,7 @@ class SeaEngine:
             node.state, node.evicted = State.SKIPPED, True
             self.report.nodes_cached += 1
             self._release_producers(key)
+        self._reader_done(key)
         self._progress(key)
 
     def node_cached(self, key: str) -> None:
@@ -455,6 +458,7 @@ class SeaEngine:
             node.state = State.CACHED
             self.report.nodes_cached += 1
             self._release_producers(key)
+        self._reader_done(key)
         self._progress(key)
 
     def node_finished(self, key: str) -> None:
@@ -485,6 +489,7 @@ class SeaEngine:
             self._schedule_flushes(node)
             self._release_producers(key)
             self._maybe_evict(key)
+        self._reader_done(key)
         self._progress(key)
 
     def _whole_node(self, key: str) -> _Node | None:
@@ -533,6 +538,7 @@ class SeaEngine:
             if p is not None:
                 node.size, _ = disk_usage(p.physical)
                 self.hierarchy.settle(p.tier, p.reserved, node.size)
+        self._reader_done(key)
 
     # ---------------------------------------------------------------- other machines
     def finished_elsewhere(self, key: str) -> None:
@@ -581,6 +587,32 @@ class SeaEngine:
             shutil.rmtree(p.staging_root, ignore_errors=True)
         self.hierarchy.release(p.tier, reserved=p.reserved)
         node.placement = None
+
+    # ---------------------------------------------------------------- prefetch
+    def expect_reads(self, key: str, paths: list[str]) -> None:
+        """Node ``key`` will read these files: those on the shared filesystem (not in the home, not
+        on a tier) are copied to a fast tier ahead of it when prefetch is on."""
+        if self.prefetcher is None:
+            return
+        shared = [Path(p) for p in paths if self._is_shared_input(Path(p))]
+        if shared:
+            self.prefetcher.expect(key, shared)
+
+    def prefetched(self, key: str) -> dict[str, str]:
+        """Node ``key`` starts now: input path -> the path of its complete copy on a fast tier.
+        May wait for a copy under way; call it without holding the engine's lock."""
+        return self.prefetcher.copies_for(key) if self.prefetcher is not None else {}
+
+    def _is_shared_input(self, path: Path) -> bool:
+        if not path.is_absolute() or path == self.home or self.home in path.parents:
+            return False
+        if any(t.root == path or t.root in path.parents for t in self.hierarchy.fast_tiers):
+            return False
+        return path.is_file()
+
+    def _reader_done(self, key: str) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.reader_done(key)
 
     def _release_producers(self, key: str) -> None:
         for producer in self.graph.producers(key):
@@ -802,6 +834,11 @@ class SeaEngine:
             # a sink's outputs wait in its staging area; any other node's, in its directory
             kept = [n.placement.staging or n.placement.physical for n in self._nodes.values() if n.flush_failed and n.placement]
         self.stager.close()
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            stats = self.prefetcher.stats
+            self.report.prefetch_files, self.report.prefetch_bytes = stats.files, stats.bytes
+            self.report.prefetch_hits, self.report.prefetch_misses = stats.hits, stats.misses
         self._prune_created_dirs()
         self.report.success = success and not self.report.flush_errors
         self.report.makespan_seconds = time.monotonic() - self._start
@@ -831,6 +868,8 @@ class SeaEngine:
             return
         self._closed = True
         self.stager.close()
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         self.journal.close()
         self.hierarchy.close()
 

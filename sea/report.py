@@ -75,6 +75,10 @@ class RunReport:
     timeline: list = field(default_factory=list)  # [seconds, [bytes held per fast tier], stager queue]
     workers: list[WorkerReport] = field(default_factory=list)  # a distributed run's rows, one per worker
     nodes_recomputed: int = 0  # finished nodes run again because the worker holding their data was lost
+    prefetch_files: int = 0  # input files copied from the shared filesystem ahead of their readers
+    prefetch_bytes: int = 0
+    prefetch_hits: int = 0  # inputs a node read from a prefetched copy
+    prefetch_misses: int = 0  # ... from the shared filesystem, the copy not ready (or no room for it)
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +121,11 @@ class RunReport:
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
         ]
+        if self.prefetch_files or self.prefetch_misses:
+            lines.append(
+                f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
+                f"read from the copy {self.prefetch_hits} times, from the shared filesystem {self.prefetch_misses}"
+            )
         if self.nodes_recomputed:
             lines.append(f"  {self.nodes_recomputed} finished node(s) ran again: a worker holding their data was lost")
         if self.workers:
@@ -130,7 +139,7 @@ class RunReport:
 
 _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
-           "bytes_received", "flush_retries")  # fmt: skip
+           "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses")  # fmt: skip
 
 
 def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:

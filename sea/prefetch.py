@@ -1,0 +1,236 @@
+"""Rolling prefetch: the workflow's input files, copied from the shared filesystem to a fast tier
+ahead of the nodes that read them, while earlier nodes compute.
+
+The adapter says which files a node will read as soon as it knows (:meth:`Prefetcher.expect`: a
+node's own inputs when the graph is given, a data grabber's outputs once it ran); the engine says
+which readers come next (:meth:`Prefetcher.advance`, readers in the order the scheduler will start
+them). The files of up to ``lookahead`` readers that have not started are copied, by two threads,
+to the fastest tier with room, within ``budget`` bytes of copies per tier; the copies' space is
+reserved on the tier, so node placement sees it. When a reader is about to start, the adapter asks
+:meth:`Prefetcher.copies_for`: the copies that are complete (a copy under way is waited for, one
+not started yet is dropped: the reader reads the shared filesystem, as without prefetch). A copy
+goes once every reader registered for it finished.
+
+A copy keeps its file's name (tools name their outputs after their inputs), in a directory of its
+own per source file, with the file's companions: the files next to it with the same stem (a BIDS
+``.json`` sidecar, an Analyze ``.hdr``/``.img`` pair), which tools look for beside their input. It
+is written under a temporary name and renamed (:func:`sea.stager.atomic_copy`), and keeps the
+source's timestamps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .config import PrefetchSpec
+from .sizes import parse_fraction, parse_size
+from .stager import atomic_copy
+from .tiers import StorageHierarchy, Tier
+
+logger = logging.getLogger("sea")
+
+PREFETCH_DIR = ".prefetch"
+
+
+@dataclass
+class _Copy:
+    source: Path
+    readers: set[str]
+    tier: Tier | None = None
+    target: Path | None = None  # the copy of ``source``, once placed
+    size: int = 0  # reserved on ``tier``: the file and its companions
+    future: Future | None = None
+    done: bool = False  # the copy ended
+    ok: bool = False  # ... and ``target`` is complete
+
+
+@dataclass
+class PrefetchStats:
+    files: int = 0  # files copied ahead (companions not counted)
+    bytes: int = 0
+    hits: int = 0  # inputs a reader read from a copy
+    misses: int = 0  # inputs a reader read from the shared filesystem: the copy was not there in time
+
+
+@dataclass
+class Prefetcher:
+    """One run's prefetch. ``order(keys)``: the engine's order for readers (best first)."""
+
+    spec: PrefetchSpec
+    hierarchy: StorageHierarchy
+    order: Callable[[list[str]], list[str]]
+    stats: PrefetchStats = field(default_factory=PrefetchStats)
+    _copies: dict[Path, _Copy] = field(default_factory=dict)
+    _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
+    _started: set[str] = field(default_factory=set)
+    _held: dict[str, int] = field(default_factory=dict)  # tier name -> bytes of copies on it
+    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sea-prefetch"))
+    _closed: bool = False
+
+    def __post_init__(self) -> None:
+        # the engine's own lock: the engine calls in holding it, and the copies reserve tier room
+        # under it; one lock cannot be taken in two orders
+        self._lock = self.hierarchy.lock
+
+    # ------------------------------------------------------------------ events
+    def expect(self, reader: str, sources: Iterable[Path]) -> None:
+        """``reader`` will read these files (absolute paths on the shared filesystem)."""
+        with self._lock:
+            if self._closed or reader in self._started:
+                return
+            mine = self._files.setdefault(reader, [])
+            for source in sources:
+                source = Path(source)
+                if source in mine:
+                    continue
+                mine.append(source)
+                self._copies.setdefault(source, _Copy(source, set())).readers.add(reader)
+        self.advance()
+
+    def advance(self) -> None:
+        """Start the copies for the next ``lookahead`` readers that have not started."""
+        with self._lock:
+            if self._closed:
+                return
+            waiting = [r for r in self._files if r not in self._started]
+            for reader in self.order(waiting)[: self.spec.lookahead]:
+                for source in self._files[reader]:
+                    copy = self._copies[source]
+                    if copy.future is None and not self._start(copy):
+                        return  # no room within the budget: wait for copies to go
+
+    def copies_for(self, reader: str) -> dict[str, str]:
+        """``reader`` starts now: source path -> its complete copy, for the inputs that have one."""
+        with self._lock:
+            self._started.add(reader)
+            sources = list(self._files.get(reader, []))
+            running = [self._copies[s].future for s in sources if self._copies[s].future is not None and not self._copies[s].done]
+        for future in running:  # already reading the shared filesystem: finishing it is the quicker
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - logged by the copy; the reader reads the original
+                pass
+        found = {}
+        with self._lock:
+            for source in sources:
+                copy = self._copies[source]
+                if copy.ok:
+                    found[str(source)] = str(copy.target)
+                    self.stats.hits += 1
+                else:
+                    self.stats.misses += 1
+        self.advance()
+        return found
+
+    def reader_done(self, reader: str) -> None:
+        """``reader`` finished (or failed, or was found done): copies nobody else reads go."""
+        with self._lock:
+            self._started.add(reader)
+            for source in self._files.pop(reader, []):
+                copy = self._copies[source]
+                copy.readers.discard(reader)
+                if not copy.readers:
+                    self._drop(copy)
+        self.advance()
+
+    def close(self) -> None:
+        """The run ends: copies not started are dropped, those under way finish, all are removed."""
+        with self._lock:
+            self._closed = True
+            for copy in self._copies.values():
+                if copy.future is not None:
+                    copy.future.cancel()
+        self._pool.shutdown(wait=True)
+        with self._lock:
+            for copy in list(self._copies.values()):
+                self._drop(copy)
+
+    # ------------------------------------------------------------------ copies
+    def _start(self, copy: _Copy) -> bool:
+        companions = _companions(copy.source)
+        try:
+            size = sum(p.stat().st_size for p in [copy.source, *companions])
+        except OSError:  # gone, or unreadable: the reader will say so
+            copy.future = _finished_future()
+            copy.done = True
+            return True
+        tier = self._tier_for(size)
+        if tier is None:
+            return False
+        copy.tier, copy.size = tier, size
+        digest = hashlib.sha1(str(copy.source).encode()).hexdigest()[:16]
+        copy.target = tier.workdir / PREFETCH_DIR / digest / copy.source.name
+        copy.future = self._pool.submit(self._copy, copy, companions)
+        return True
+
+    def _tier_for(self, size: int) -> Tier | None:
+        for tier in self.hierarchy.fast_tiers:
+            budget = _budget(self.spec.budget, tier)
+            if tier.room() >= size and self._held.get(tier.name, 0) + size <= budget:
+                tier.reserved += size
+                self._held[tier.name] = self._held.get(tier.name, 0) + size
+                return tier
+        return None
+
+    def _copy(self, copy: _Copy, companions: list[Path]) -> None:
+        try:
+            for source in companions:
+                atomic_copy(source, copy.target.parent / source.name)
+            atomic_copy(copy.source, copy.target)
+        except OSError as exc:
+            logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
+            with self._lock:
+                copy.done = True
+                if not copy.readers:
+                    self._drop(copy)
+            return
+        with self._lock:
+            copy.done = copy.ok = True
+            self.stats.files += 1
+            self.stats.bytes += copy.size
+            if not copy.readers:  # its last reader finished while it was copied
+                self._drop(copy)
+
+    def _drop(self, copy: _Copy) -> None:
+        if copy.future is not None and not copy.done:
+            copy.future.cancel()
+            if not copy.future.cancelled():
+                return  # copying now: dropped when the copy ends (see _copy)
+        if copy.tier is not None:
+            if copy.target is not None:
+                shutil.rmtree(copy.target.parent, ignore_errors=True)
+            self.hierarchy.release(copy.tier, reserved=copy.size)
+            self._held[copy.tier.name] -= copy.size
+            copy.tier = None
+        self._copies.pop(copy.source, None)
+
+
+def _companions(source: Path) -> list[Path]:
+    """The files next to ``source`` with its stem (up to the first dot): sidecars tools look for."""
+    stem = source.name.split(".", 1)[0]
+    try:
+        return sorted(p for p in source.parent.glob(f"{stem}.*") if p != source and p.is_file())
+    except OSError:
+        return []
+
+
+def _budget(budget: str, tier: Tier) -> int:
+    share = parse_fraction(budget)
+    if share is None:
+        return parse_size(budget)
+    total = tier.capacity if tier.capacity is not None else psutil.disk_usage(str(tier.root)).total
+    return int(share * total)
+
+
+def _finished_future() -> Future:
+    future: Future = Future()
+    future.set_result(None)
+    return future

@@ -1,0 +1,140 @@
+"""Prefetch: input files on the shared filesystem copied to a tier ahead of their readers.
+
+The core on real directories (which readers get copies, the budget, eviction after the last
+reader); and Nipype's study workflow (a grabber per subject, its outputs read by a Function
+node), whose readers read the copies: outputs byte-identical to MultiProc's, and a rerun with or
+without prefetch finds the same cached work."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from sea.config import PrefetchSpec, SeaConfig
+from sea.prefetch import PREFETCH_DIR, Prefetcher
+from sea.report import RunReport
+from sea.tiers import StorageHierarchy
+
+from conftest import sea_private_dirs, tree_files
+from nipype_workflows import build_full, make_subjects, run
+
+
+def _files(directory: Path, n: int, mib: int = 1) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(n):
+        path = directory / f"sub-{i:02d}_bold.nii"
+        path.write_bytes(bytes([i]) * (mib * 2**20))
+        (directory / f"sub-{i:02d}_bold.json").write_text('{"RepetitionTime": 2}')  # a sidecar
+        paths.append(path)
+    return paths
+
+
+def _prefetcher(tmp_path, shm_dir, **spec) -> tuple[Prefetcher, StorageHierarchy]:
+    home = tmp_path / "home"
+    home.mkdir()
+    hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    return Prefetcher(PrefetchSpec(enabled=True, **spec), hierarchy, order=sorted), hierarchy
+
+
+def test_the_next_readers_get_copies_that_go_after_their_last_reader(tmp_path, shm_dir):
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, lookahead=2)
+    sources = _files(tmp_path / "shared", 4)
+    for i, source in enumerate(sources):
+        prefetcher.expect(f"r{i}", [source])
+    first = prefetcher.copies_for("r0")  # waits for r0's copy; r1 and r2 are now the next two
+    copy = Path(first[str(sources[0])])
+    assert copy.read_bytes() == sources[0].read_bytes() and copy.name == sources[0].name
+    assert (copy.parent / "sub-00_bold.json").is_file(), "the sidecar was not copied with its image"
+    assert copy.stat().st_mtime == sources[0].stat().st_mtime, "the copy lost the source's timestamp"
+    assert hierarchy.fast_tiers[0].reserved >= 2**20, "the copies' room is not reserved on the tier"
+    prefetcher.reader_done("r0")
+    assert not copy.exists(), "the copy outlived its only reader"
+    for reader in ("r1", "r2", "r3"):
+        assert len(prefetcher.copies_for(reader)) == 1
+        prefetcher.reader_done(reader)
+    assert prefetcher.stats.files == 4 and prefetcher.stats.hits == 4 and prefetcher.stats.misses == 0
+    prefetcher.close()
+    assert hierarchy.fast_tiers[0].reserved == 0
+    assert not any((hierarchy.fast_tiers[0].workdir / PREFETCH_DIR).rglob("*.nii"))
+    hierarchy.close()
+    assert sea_private_dirs(shm_dir) == []
+
+
+def test_a_file_read_by_two_nodes_stays_until_both_finished(tmp_path, shm_dir):
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir)
+    (source,) = _files(tmp_path / "shared", 1)
+    prefetcher.expect("a", [source])
+    prefetcher.expect("b", [source])
+    copy = Path(prefetcher.copies_for("a")[str(source)])
+    prefetcher.reader_done("a")
+    assert copy.exists()
+    assert prefetcher.copies_for("b") == {str(source): str(copy)}
+    prefetcher.reader_done("b")
+    assert not copy.exists()
+    prefetcher.close()
+    hierarchy.close()
+
+
+def test_the_budget_bounds_the_copies_and_a_reader_without_one_reads_the_original(tmp_path, shm_dir):
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, budget="3MiB", lookahead=10)
+    sources = _files(tmp_path / "shared", 5, mib=1)
+    for i, source in enumerate(sources):
+        prefetcher.expect(f"r{i}", [source])
+    prefetcher._pool.submit(lambda: None).result()  # let the copies start
+    held = sum(p.stat().st_size for p in (hierarchy.fast_tiers[0].workdir / PREFETCH_DIR).rglob("*.nii"))
+    assert held <= 3 * 2**20, "more than the budget was copied ahead"
+    assert prefetcher.copies_for("r4") == {}, "a reader beyond the budget got a copy"  # not started: dropped
+    for i in range(4):
+        prefetcher.copies_for(f"r{i}")
+        prefetcher.reader_done(f"r{i}")
+    prefetcher.reader_done("r4")
+    assert prefetcher.stats.misses >= 1
+    prefetcher.close()
+    assert hierarchy.fast_tiers[0].reserved == 0
+    hierarchy.close()
+
+
+def _hash_files(home: Path) -> list[str]:
+    """The hash files of the grabbers and of the nodes reading the raw data. (Downstream nodes'
+    hashes name their producers' directories on the tier, whose names differ from run to run,
+    with or without prefetch: Sea's journal, not Nipype's hash, resumes those.)"""
+    return sorted(str(p.relative_to(home)) for name in ("select", "smooth") for p in home.rglob(f"{name}/_0x*.json"))
+
+
+def _read_by_smooth(home: Path) -> list[str]:
+    from nipype.pipeline.engine.utils import loadpkl
+
+    return sorted(str(loadpkl(p).inputs["in_file"]) for p in home.rglob("result_smooth.pklz"))
+
+
+def test_nipype_readers_read_the_copies_with_identical_outputs_and_the_same_hashes(tmp_path, shm_dir, disk_dir):
+    """keep_intermediates brings every node's directory home, with its hash file and the inputs it ran with."""
+    shared = disk_dir / "shared"
+    subjects = make_subjects(shared, n_subjects=3, mib=1)
+    run(build_full(shared, subjects, tmp_path / "ref", tmp_path / "ref-out"), "MultiProc")
+    sea = {"tiers": [{"path": str(shm_dir)}], "keep_intermediates": True}
+    with_prefetch = tmp_path / "home"
+    run(build_full(shared, subjects, with_prefetch, tmp_path / "out"), "SeaMultiProc", sea={**sea, "prefetch": {"enabled": True}})
+    assert tree_files(tmp_path / "out") == tree_files(tmp_path / "ref-out")
+    report = RunReport.from_json(with_prefetch / "sea-report.json")
+    print(report.to_text())
+    assert report.prefetch_files == 3, report.to_text()  # each subject's image, found through its grabber
+    assert report.prefetch_hits == 3 and report.prefetch_misses == 0, report.to_text()
+    read = _read_by_smooth(with_prefetch)
+    assert len(read) == 3 and all(f"/{PREFETCH_DIR}/" in path and path.startswith(str(shm_dir)) for path in read), read
+    assert sea_private_dirs(shm_dir) == [], "a copy was left on the tier"
+
+    hashes = _hash_files(with_prefetch)
+    shutil.move(with_prefetch, tmp_path / "home-prefetched")  # the same home path, without prefetch
+    run(build_full(shared, subjects, with_prefetch, tmp_path / "out-without"), "SeaMultiProc", sea=sea)
+    assert tree_files(tmp_path / "out-without") == tree_files(tmp_path / "ref-out")
+    assert _read_by_smooth(with_prefetch) == sorted(str(shared / f"sub-{s}_bold.nii.gz") for s in subjects)
+    assert len(hashes) == 6 and _hash_files(with_prefetch) == hashes, "prefetch changed a reader's hash"
+
+    for prefetch in (False, True):  # a rerun, with or without prefetch, finds the work done
+        run(build_full(shared, subjects, with_prefetch, tmp_path / "out-without"), "SeaMultiProc", sea={**sea, "prefetch": prefetch})
+        again = RunReport.from_json(with_prefetch / "sea-report.json")
+        assert again.nodes_run == 0, f"prefetch {prefetch}: the rerun executed {again.nodes_run} nodes"
+    assert all(os.path.isfile(shared / f"sub-{s}_bold.nii.gz") for s in subjects)
