@@ -28,18 +28,27 @@ SIZES = {
     "smoke": Size("smoke", units=2, unit_mib=4, iterations=2, timeout_seconds=300),
     "full": Size("full", units=8, unit_mib=32, iterations=5, timeout_seconds=1800),
 }
-WORKLOADS = ("incrementation", "filtering")
+WORKLOADS = ("incrementation", "filtering")  # the default
+EXTRA_WORKLOADS = ("fmri_preproc",)  # --workloads fmri_preproc: the fMRIPrep-like example, 8 steps per subject
+FMRI_MATRIX = 64  # voxels per axis of the fmri_preproc runs; their length makes one run unit_mib
 
 
 def steps(workload: str, size: Size) -> int:
     """Nodes per chain that write a unit-sized file (the declared output is the last one's)."""
-    return size.iterations if workload == "incrementation" else 3
+    return {"incrementation": size.iterations, "fmri_preproc": 6}.get(workload, 3)
 
 
 def describe_workload(workload: str, size: Size) -> str:
     if workload == "incrementation":
         return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
+    if workload == "fmri_preproc":
+        return (f"fmri_preproc, {size.units} subjects x {fmri_volumes(size)} volumes of {FMRI_MATRIX}^3 ({size.unit_mib:g} MiB), "
+                "reorient + slice timing + motion + mask + smooth + clean + parcels + connectivity, 5 derivatives each")  # fmt: skip
     return f"filtering, {size.units} subjects x {size.unit_mib:g} MiB 4D image, smooth + band-pass + z-score"
+
+
+def fmri_volumes(size: Size) -> int:
+    return max(8, int(size.unit_mib * 2**20 / (4 * FMRI_MATRIX**3)))
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,10 @@ def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path)
         from example_workflows.incrementation import build_workflow
 
         return build_workflow(data, size.units, size.iterations, work, out)
+    if workload == "fmri_preproc":
+        from example_workflows.fmri_preproc import build_workflow
+
+        return build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out)
     from example_workflows.filtering import build_workflow
 
     return build_workflow(data, size.units, work, out)
@@ -132,6 +145,10 @@ def make_inputs(workload: str, size: Size, data: Path) -> None:
         from example_workflows.incrementation import make_chunks
 
         make_chunks(data, size.units, size.unit_mib)
+    elif workload == "fmri_preproc":
+        from example_workflows.fmri_preproc import make_dataset
+
+        make_dataset(data, size.units, fmri_volumes(size), FMRI_MATRIX)
     else:
         from example_workflows.filtering import make_images
 

@@ -56,6 +56,7 @@ if __package__ in (None, ""):  # started by path as a worker: `benchmarks` from 
 
 from benchmarks.matrix import (  # noqa: E402
     BY_KEY,
+    EXTRA_WORKLOADS,
     PROCESSES,
     SHARED_PARENT,
     SIZES,
@@ -144,7 +145,8 @@ def worker(args: argparse.Namespace) -> None:
     wf.config["execution"]["poll_sleep_duration"] = config.poll
     plugin_args: dict = {"n_procs": PROCESSES}
     if config.sea:
-        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "keep_intermediates": config.keep_intermediates, "prefetch": config.prefetch}
+        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "keep_intermediates": config.keep_intermediates, "prefetch": config.prefetch,
+                              "sinks": ["DataSink", "DerivativesDataSink"]}  # fmt: skip
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
     result: dict = {"makespan_seconds": time.monotonic() - start}
@@ -406,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: seconds per run, for CI; full: the issue's size")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each configuration (default 3)")
     parser.add_argument("--throttles", default=",".join(THROTTLES), help=f"comma-separated, from {', '.join(THROTTLES)}")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS + EXTRA_WORKLOADS)}")
     parser.add_argument("--configs", default=",".join(BY_KEY), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results", help="where <size>.md, .json and .png go")
     internal = parser.add_argument_group("internal: one run in a worker process")
@@ -419,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     throttles = [THROTTLES[t] for t in selection(args.throttles, THROTTLES, "throttle")]
-    workloads = selection(args.workloads, WORKLOADS, "workload")
+    workloads = selection(args.workloads, WORKLOADS + EXTRA_WORKLOADS, "workload")
     configs = [BY_KEY[c] for c in selection(args.configs, BY_KEY, "configuration")]
     configs.sort(key=lambda c: (c.engine, c.key not in ("A", "P")))  # A (P) first: the others are compared with it
     if any(c.engine == "pydra" for c in configs) and not pydra_available():

@@ -15,6 +15,9 @@ Facts relied upon (nipype 1.8-1.12):
   ``result_<name>.pklz`` at the path in ``node.input_source``, fixed before the run starts.
 - MapNode sub-nodes live in ``<mapnode dir>/mapflow`` and are tracked in ``mapnodesubids``.
 - MultiProc and its bases read from ``plugin_args`` only the keys of :data:`MULTIPROC_ARGS`.
+- ``Node._get_hashval()`` computes the inputs' hash once and keeps it (``_hashvalue``,
+  ``_hashed_inputs``, pickled with the node); ``Node.run`` names the hash file with the kept
+  hash; it needs ``node.config``, which ``Node.run`` fills first (prefetch: :func:`read_copies`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from traceback import format_exception
 
 import nipype
 import numpy as np
+from nipype.interfaces.base import File
 from nipype.pipeline.engine import MapNode
 from nipype.pipeline.plugins.base import DistributedPluginBase
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
@@ -150,14 +154,21 @@ def _paths_in(value) -> list[str]:
     return []
 
 
+def _reads(node, name: str) -> bool:
+    """Whether the node may read the file its input ``name`` names: not when the input is a
+    ``File(exists=False)``, a name only (a sink's ``source_file``, an output file's name)."""
+    trait = node.inputs.traits().get(name)
+    return not (trait is not None and isinstance(trait.trait_type, File) and trait.trait_type.exists is False)
+
+
 def unconnected_input_files(node) -> list[str]:
     """The files named by the node's inputs that no connection sets (a node reading the raw data)."""
-    return [p for name, value in node.inputs.get().items() if name not in node.input_source for p in _paths_in(value)]
+    return [p for name, value in node.inputs.get().items() if name not in node.input_source and _reads(node, name) for p in _paths_in(value)]
 
 
-def connected_output_files(directory: Path, connections) -> list[str]:
-    """The files a finished node in ``directory`` hands a consumer through ``connections`` (the
-    execution graph edge's ``connect`` list of (output, input)), read from its saved result."""
+def connected_output_files(directory: Path, connections, consumer) -> list[str]:
+    """The files a finished node in ``directory`` hands ``consumer`` through ``connections`` (the
+    execution graph edge's ``connect`` list of (output, input)) for it to read, from its saved result."""
     from nipype.pipeline.engine.utils import loadpkl
 
     results = sorted(Path(directory).glob("result_*.pklz"))
@@ -168,7 +179,7 @@ def connected_output_files(directory: Path, connections) -> list[str]:
         return []
     # a Node's outputs are a traited spec; a MapNode's, a Bunch of lists
     values = outputs.get() if hasattr(outputs, "copyable_trait_names") else dict(outputs.dictcopy())
-    names = {source for source, _ in connections if isinstance(source, str)}
+    names = {source for source, target in connections if isinstance(source, str) and _reads(consumer, target)}
     return [p for name in sorted(names) for p in _paths_in(values.get(name))]
 
 
@@ -180,6 +191,11 @@ def read_copies(node, copies: dict[str, str]) -> int:
     outlive the copy. Returns the number of inputs changed."""
     if not copies or is_mapnode(node):
         return 0
+    if node.config is None:  # as Node.run starts: the hash method is read from it
+        from nipype import config
+        from nipype.pipeline.engine.utils import merge_dict
+
+        node.config = merge_dict(deepcopy(config._sections), {})
     node._get_hashval()
 
     def swapped(value):

@@ -175,7 +175,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         directory = self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node)
         for consumer in self._graph.successors(node):
             connections = self._graph.get_edge_data(node, consumer).get("connect", [])
-            files = nx_.connected_output_files(directory, connections)
+            files = nx_.connected_output_files(directory, connections, consumer)
             if files:
                 self.engine.expect_reads(self._node_key(consumer), files)
 

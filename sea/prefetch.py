@@ -12,8 +12,8 @@ not started yet is dropped: the reader reads the shared filesystem, as without p
 goes once every reader registered for it finished.
 
 A copy keeps its file's name (tools name their outputs after their inputs), in a directory of its
-own per source file, with the file's companions: the files next to it with the same stem (a BIDS
-``.json`` sidecar, an Analyze ``.hdr``/``.img`` pair), which tools look for beside their input. It
+own per source file, with the file's companions: the smaller files next to it with the same stem
+(a BIDS ``.json`` sidecar; an Analyze header's ``.img``), which tools look for beside their input. It
 is written under a temporary name and renamed (:func:`sea.stager.atomic_copy`), and keeps the
 source's timestamps.
 """
@@ -214,10 +214,19 @@ class Prefetcher:
 
 
 def _companions(source: Path) -> list[Path]:
-    """The files next to ``source`` with its stem (up to the first dot): sidecars tools look for."""
+    """The files next to ``source`` with its stem (up to the first dot) that tools look for beside
+    it: its sidecars, the smaller ones (an image's ``.json``, not a sidecar's image), and an Analyze
+    header's ``.img``."""
     stem = source.name.split(".", 1)[0]
     try:
-        return sorted(p for p in source.parent.glob(f"{stem}.*") if p != source and p.is_file())
+        size = source.stat().st_size
+        found = []
+        for path in sorted(source.parent.glob(f"{stem}.*")):
+            if path == source or not path.is_file():
+                continue
+            if path.stat().st_size <= size or (source.suffix == ".hdr" and path.suffix == ".img"):
+                found.append(path)
+        return found
     except OSError:
         return []
 

@@ -170,3 +170,44 @@ def test_evented_task_loop_runs_in_order_and_requeues(tmp_path):
     loop = Inline()
     wf.run(plugin=loop)
     assert loop.ran == ["a", "b", "a", "b", "c"]
+
+
+def _first_line(in_file):
+    with open(in_file) as f:
+        return f.readline()
+
+
+def test_a_node_keeps_the_hash_of_its_original_inputs_when_it_runs_on_copies(tmp_path):
+    """read_copies (prefetch): Node._get_hashval computes the hash once and keeps it with the node,
+    pickling included (MultiProc sends a copy to its process), and Node.run uses the kept hash for
+    its directory's hash file while the interface reads the copy."""
+    import pickle
+    from copy import deepcopy
+
+    from nipype import config
+    from nipype.pipeline.engine.utils import merge_dict
+
+    original, copy = tmp_path / "shared" / "sub-01.txt", tmp_path / "tier" / "sub-01.txt"
+    for path in (original, copy):
+        path.parent.mkdir()
+        path.write_text("data\n")
+    copy.touch()  # a later timestamp: a hash of the copy would differ
+
+    def make() -> Node:
+        node = Node(Function(input_names=["in_file"], output_names=["line"], function=_first_line), name="reader", base_dir=str(tmp_path / "work"))
+        node.inputs.in_file = str(original)
+        return node
+
+    def configured(node: Node) -> Node:
+        node.config = merge_dict(deepcopy(config._sections), {})  # as Node.run sets it
+        return node
+
+    expected = configured(make())._get_hashval()[1]
+    node = make()
+    assert nx_.read_copies(node, {str(original): str(copy)}) == 1
+    assert node.inputs.in_file == str(copy) and node._hashvalue == expected
+    node = pickle.loads(pickle.dumps(node))
+    result = node.run()
+    assert result.outputs.line == "data\n"
+    assert (tmp_path / "work" / "reader" / f"_0x{expected}.json").is_file(), "the node ran under another hash"
+    assert configured(make()).is_cached()[0], "a run without the copy does not find the node done"
