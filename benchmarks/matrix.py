@@ -7,6 +7,7 @@ one configuration once, and the tables (``benchmarks.tables``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 
 SHARED_PARENT = Path("/var/tmp")  # the shared filesystem's backing disk (throttled by slowfs, or as is)
@@ -29,18 +30,24 @@ SIZES = {
     "full": Size("full", units=8, unit_mib=32, iterations=5, timeout_seconds=1800),
 }
 WORKLOADS = ("incrementation", "filtering")  # the default
-EXTRA_WORKLOADS = ("fmri_preproc",)  # --workloads fmri_preproc: the fMRIPrep-like example, 8 steps per subject
+# --workloads fmri_preproc,dwi_mrtrix: the fMRIPrep-like example (8 steps per subject) and the
+# MRtrix3 one (the tools must be installed)
+EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix")
 FMRI_MATRIX = 64  # voxels per axis of the fmri_preproc runs; their length makes one run unit_mib
+DWI_MATRIX = 48  # voxels per axis of the dwi_mrtrix runs; their directions make one run unit_mib
 
 
 def steps(workload: str, size: Size) -> int:
     """Nodes per chain that write a unit-sized file (the declared output is the last one's)."""
-    return {"incrementation": size.iterations, "fmri_preproc": 6}.get(workload, 3)
+    return {"incrementation": size.iterations, "fmri_preproc": 6, "dwi_mrtrix": 4}.get(workload, 3)
 
 
 def describe_workload(workload: str, size: Size) -> str:
     if workload == "incrementation":
         return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
+    if workload == "dwi_mrtrix":
+        return (f"dwi_mrtrix, {size.units} subjects x {2 * dwi_directions(size) + 2} volumes of {DWI_MATRIX}^3 ({size.unit_mib:g} MiB), "
+                "MRtrix3 mrconvert + dwidenoise + mrdegibbs + dwi2mask + dwi2tensor + tensor2metric")  # fmt: skip
     if workload == "fmri_preproc":
         return (f"fmri_preproc, {size.units} subjects x {fmri_volumes(size)} volumes of {FMRI_MATRIX}^3 ({size.unit_mib:g} MiB), "
                 "reorient + slice timing + motion + mask + smooth + clean + parcels + connectivity, 5 derivatives each")  # fmt: skip
@@ -49,6 +56,11 @@ def describe_workload(workload: str, size: Size) -> str:
 
 def fmri_volumes(size: Size) -> int:
     return max(8, int(size.unit_mib * 2**20 / (4 * FMRI_MATRIX**3)))
+
+
+def dwi_directions(size: Size) -> int:
+    """Directions per shell (two shells and two b=0 volumes) for a run of unit_mib."""
+    return max(6, (int(size.unit_mib * 2**20 / (4 * DWI_MATRIX**3)) - 2) // 2)
 
 
 @dataclass(frozen=True)
@@ -131,10 +143,9 @@ def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path)
         from example_workflows.incrementation import build_workflow
 
         return build_workflow(data, size.units, size.iterations, work, out)
-    if workload == "fmri_preproc":
-        from example_workflows.fmri_preproc import build_workflow
-
-        return build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out)
+    if workload in ("fmri_preproc", "dwi_mrtrix"):
+        module = import_module(f"example_workflows.{workload}")
+        return module.build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out)
     from example_workflows.filtering import build_workflow
 
     return build_workflow(data, size.units, work, out)
@@ -149,6 +160,10 @@ def make_inputs(workload: str, size: Size, data: Path) -> None:
         from example_workflows.fmri_preproc import make_dataset
 
         make_dataset(data, size.units, fmri_volumes(size), FMRI_MATRIX)
+    elif workload == "dwi_mrtrix":
+        from example_workflows.dwi_mrtrix import make_dataset
+
+        make_dataset(data, size.units, DWI_MATRIX, dwi_directions(size))
     else:
         from example_workflows.filtering import make_images
 
