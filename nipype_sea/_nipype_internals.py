@@ -217,6 +217,39 @@ def read_copies(node, copies: dict[str, str]) -> int:
     return changed
 
 
+def restore_originals(directory: Path, copies: dict[str, str]) -> None:
+    """A node that ran on prefetched copies may hand their paths on in its outputs (a function
+    returning its input, a gradient table made of two file names): its saved result is rewritten
+    to name the originals, which outlive the copies (a copy goes once its readers finished)."""
+    from nipype.pipeline.engine.utils import loadpkl, savepkl
+
+    originals = {copy: original for original, copy in copies.items()}
+
+    def restored(value):
+        if isinstance(value, str):
+            return originals.get(value, value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(restored(v) for v in value)
+        return value
+
+    for path in Path(directory).glob("result_*.pklz"):
+        result = loadpkl(path)
+        outputs = getattr(result, "outputs", None)
+        if outputs is None:
+            continue
+        names = outputs.copyable_trait_names() if hasattr(outputs, "copyable_trait_names") else list(outputs.dictcopy())
+        changed = False
+        for name in names:
+            value = getattr(outputs, name)
+            if restored(value) != value:
+                setattr(outputs, name, restored(value))
+                changed = True
+        if changed:
+            tmp = path.with_name(f".restoring-{path.name}")  # savepkl compresses by the .pklz ending
+            savepkl(str(tmp), result)
+            os.replace(tmp, path)
+
+
 def logical_dir(node) -> Path:
     """The node's directory as Nipype records it; calling it caches the path before Sea links it."""
     return Path(node.output_dir())

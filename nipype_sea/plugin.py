@@ -53,6 +53,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         super().__init__(plugin_args=plugin_args)
         self.engine: SeaEngine | None = None
         self._graph = None
+        self._copies: dict[str, dict[str, str]] = {}  # key -> the copies a running node reads
         self._keys: dict[int, str] = {}
         self.home: Path | None = None
         self.report = None
@@ -144,7 +145,9 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         nx_.set_run_dir(node, placement.physical)
         if placement.staging is not None:
             nx_.redirect_sink(node, placement.staging)
-        nx_.read_copies(node, self.engine.prefetched(key))  # its input files, copied ahead to a tier
+        copies = self.engine.prefetched(key)  # its input files, copied ahead to a tier
+        if nx_.read_copies(node, copies):
+            self._copies[key] = copies
 
     def retry_node(self, node, traceback_text: str) -> bool:
         key = self._node_key(node)
@@ -158,6 +161,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_finished(self, node, cached: bool) -> None:
         key = self._node_key(node)
+        if key in self._copies:  # before its consumers read its outputs, and before the copies go
+            nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), self._copies.pop(key))
         if self.engine.prefetcher is not None and not self.engine.is_skipped(key):
             self._expect_reads_after(node, key)
         if self.engine.is_skipped(key):
@@ -181,5 +186,6 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_failed(self, node) -> None:
         key = self._node_key(node)
+        self._copies.pop(key, None)
         if key in self.engine.graph:
             self.engine.node_failed(key)

@@ -138,3 +138,35 @@ def test_nipype_readers_read_the_copies_with_identical_outputs_and_the_same_hash
         again = RunReport.from_json(with_prefetch / "sea-report.json")
         assert again.nodes_run == 0, f"prefetch {prefetch}: the rerun executed {again.nodes_run} nodes"
     assert all(os.path.isfile(shared / f"sub-{s}_bold.nii.gz") for s in subjects)
+
+
+def _pair(first, second):
+    return (first, second)
+
+
+def _sizes(files):
+    import os
+
+    return [os.path.getsize(f) for f in files]
+
+
+def test_a_node_handing_on_the_paths_it_read_hands_on_the_originals(tmp_path, shm_dir, disk_dir):
+    """Seen with MRtrix's gradient table: a node that read prefetched copies and returns their
+    paths must hand its consumers the originals, which outlive the copies."""
+    from nipype import Function, Node, Workflow
+
+    shared = _files(disk_dir / "shared", 2)
+    wf = Workflow(name="handing_on", base_dir=str(tmp_path / "home"))
+    pair = Node(Function(input_names=["first", "second"], output_names=["files"], function=_pair), name="pair")
+    pair.inputs.first, pair.inputs.second = str(shared[0]), str(shared[1])
+    sizes = Node(Function(input_names=["files"], output_names=["sizes"], function=_sizes), name="sizes")
+    wf.connect(pair, "files", sizes, "files")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    graph = wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True, "keep_intermediates": True}})
+    # pair read the copies; sizes, handed the originals, is a reader of them too and read the copies
+    assert RunReport.from_json(tmp_path / "home" / "sea-report.json").prefetch_hits == 4
+    from nipype.pipeline.engine.utils import loadpkl
+
+    (result,) = (tmp_path / "home").rglob("result_pair.pklz")
+    assert list(loadpkl(result).outputs.files) == [str(p) for p in shared], "the copies' paths were handed on"
+    assert graph is not None
