@@ -183,6 +183,12 @@ def connected_output_files(directory: Path, connections, consumer) -> list[str]:
     return [p for name in sorted(names) for p in _paths_in(values.get(name))]
 
 
+def consumers_with_connections(graph, node):
+    """(consumer, the execution graph edge's ``connect`` list of (output, input)) for each consumer."""
+    for consumer in graph.successors(node):
+        yield consumer, graph.get_edge_data(node, consumer).get("connect", [])
+
+
 def read_copies(node, copies: dict[str, str]) -> int:
     """Point the node's inputs at fast copies of the files they name, keeping its hash: the hash
     is taken first, with the original paths, and kept in the node (Nipype computes it once), so its

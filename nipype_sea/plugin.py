@@ -178,8 +178,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if node not in self._graph:  # a MapNode's sub-node: its MapNode hands on its outputs
             return
         directory = self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node)
-        for consumer in self._graph.successors(node):
-            connections = self._graph.get_edge_data(node, consumer).get("connect", [])
+        for consumer, connections in nx_.consumers_with_connections(self._graph, node):
             files = nx_.connected_output_files(directory, connections, consumer)
             if files:
                 self.engine.expect_reads(self._node_key(consumer), files)

@@ -207,4 +207,7 @@ def relocate_result(copy: Path, old: Path, new: Path) -> None:
 def submit_through(job, submitter) -> None:
     """Have ``submitter`` expand ``job`` (a workflow job made by another process's submitter and
     sent here pickled): a workflow job expands through the submitter it records (``job.submitter``)."""
+    import datetime
+
     job.submitter = submitter
+    submitter.run_start_time = datetime.datetime.now()  # as Submitter.__call__ sets it

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 from dataclasses import dataclass, field
 from itertools import count
@@ -88,7 +87,6 @@ def run_nested_workflow(job_pkl: bytes, sea: SeaConfig, rerun: bool) -> dict:
     local.pool, local._machine = ThreadPoolExecutor(1, thread_name_prefix="sea-job"), machine
     with Submitter(worker=local, cache_root=home) as submitter:
         px_.submit_through(job, submitter)
-        submitter.run_start_time = datetime.datetime.now()
         result = submitter.loop.run_until_complete(local.submit(job, rerun=rerun))
     running.unlink(missing_ok=True)
     done_before = {key for m in lost for key, record in Journal.read(home / ".sea" / f"journal-{m}.jsonl").items() if record.done}
