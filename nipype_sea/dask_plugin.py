@@ -10,7 +10,6 @@ worker's engine stages the declared outputs home and evicts what nobody needs an
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import shutil
@@ -79,9 +78,7 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumer
         # the client stopped the run while the node ran: its directory was dropped, and what the
         # node wrote since (Nipype makes its directories again) goes too, up to Sea's own directory
         shutil.rmtree(placement.physical, ignore_errors=True)
-        for parent in [d for d in placement.physical.parents if d == placement.tier.workdir or placement.tier.workdir in d.parents]:
-            with contextlib.suppress(OSError):  # not empty: another node's, or kept by a rule
-                parent.rmdir()
+        engine.hierarchy.close()  # Sea's private directories go too, unless something is kept there by rule
         return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": ["the run was stopped while this node ran"]}
     return {"cached": False, "size": engine.held_bytes(key), "worker": storage.worker_name, "traceback": None}
 

@@ -153,6 +153,11 @@ def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluste
     assert report.interrupted and not report.success, output.decode()[-2000:]
     journals = list((root / "work" / ".sea").glob("journal-*.jsonl"))
     assert journals and all('"interrupted"' in j.read_text() for j in journals), "a worker's journal does not record the stop"
+    # a node running when the driver stopped runs on to its end on its worker (Dask cannot stop a
+    # running task), then removes what it wrote and Sea's directory: the tiers end empty
+    deadline = time.monotonic() + 60
+    while sea_private_dirs(*tiers.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     left = [str(f) for d in sea_private_dirs(*tiers.values()) for f in d.rglob("*")]
     assert sea_private_dirs(*tiers.values()) == [], f"a tier is not empty after the stop: {left[:8]}"
 
