@@ -119,6 +119,8 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             raise SeaConfigError("the workflow has no base_dir: set workflow.base_dir = '/path/to/work' (on the shared filesystem) before run()")
         self.home = home
         config_ = SeaConfig.load(self.sea)
+        if config_.prefetch.enabled:  # a worker is chosen at submission: none is known ahead to copy to
+            logger.warning("[Sea] prefetch is not done under SeaDask yet (SeaMultiProc and Pydra's SeaWorker do it); the run goes on without it")
         specs = node_specs(graph, home, config_.sinks)
         sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
         with self.dask.client() as client:

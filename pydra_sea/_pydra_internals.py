@@ -20,6 +20,9 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   process, which Pydra uses to decide whether a workflow's outputs can be hard-linked into its
   directory. A tier mounted after that (a tmpfs a job script mounts) would be taken for the
   filesystem it sits on, and the link fail with EXDEV; we drop the cache when a run starts;
+- prefetch: a job's task fields whose type holds a fileformats ``FileSet`` (set to the copies and
+  back; ``Job._inputs``, the inputs the job resolved and cached, is reset with them); that
+  ``Job.checksum`` hashes a file by its bytes and extensions, not its directory, and is cached;
 - ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
   job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
   set as ``Submitter.__call__`` sets it).
@@ -164,38 +167,150 @@ def look_home_first(job, home: Path, elsewhere: Path) -> None:
 def relocate_result(copy: Path, old: Path, new: Path) -> None:
     """Rewrite the paths in ``copy/_result.pklz`` (a job directory copied from ``old``) to ``new``,
     the path the copy will have: written under a temporary name, fsync'ed, renamed."""
+    _rewrite_result(Path(copy) / "_result.pklz", {p: Path(new) for p in (Path(old), Path(old).resolve())}, move_cache_dir=True)
+
+
+def input_files(job) -> list[Path]:
+    """The files the job's task reads through its inputs: each file set's primary path (a
+    multi-file set's other files are its same-stem companions, which a prefetched copy takes along)."""
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    found: list[Path] = []
+
+    def note(fileset: FileSet) -> FileSet:
+        found.append(Path(fileset.fspath) if len(fileset.fspaths) > 1 else next(iter(fileset.fspaths)))
+        return fileset
+
+    for _, value in _file_inputs(job):
+        TypeParser.apply_to_instances(FileSet, note, value)
+    return found
+
+
+def read_copies(job, copies: dict[str, str]) -> tuple[dict[str, ty.Any], dict[Path, Path]]:
+    """Point the job's file inputs at complete fast copies, keeping ``job.checksum``: Pydra hashes a
+    file set by its contents and the names of its files relative to their common stem (their
+    extensions), which a copy
+    (same name, same companions, same bytes) keeps, so the job's directory and its cache check are
+    the same with and without the copies; its checksum is also taken first and kept by the job.
+
+    Returns the inputs replaced (field -> original value, for :func:`put_back_inputs`) and copy
+    directory -> original directory (for :func:`restore_originals`). A file set whose files are not
+    all in one copy's directory keeps its original paths."""
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    job.checksum  # noqa: B018 - computed and cached with the original paths
+    dirs = {Path(c).parent: Path(s).parent for s, c in copies.items()}
+
+    def swap(fileset: FileSet) -> FileSet:
+        paths = [Path(p) for p in fileset.fspaths]
+        primary = Path(fileset.fspath) if len(paths) > 1 else paths[0]
+        if str(primary) not in copies:
+            return fileset
+        target = Path(copies[str(primary)]).parent
+        if any(p.parent != primary.parent or not (target / p.name).exists() for p in paths):
+            return fileset
+        return _with_paths(fileset, [target / p.name for p in paths])
+
+    originals: dict[str, ty.Any] = {}
+    for name, value in _file_inputs(job):
+        new = TypeParser.apply_to_instances(FileSet, swap, value)
+        if _paths_in(new) != _paths_in(value):
+            originals[name] = value
+            setattr(job.task, name, new)
+    if originals:
+        job._inputs = None  # resolved again, from the copies, where the job runs
+    return originals, dirs
+
+
+def put_back_inputs(job, originals: dict[str, ty.Any]) -> None:
+    """The job ran: its task names the original files again (the copies go after their last reader)."""
+    for name, value in originals.items():
+        setattr(job.task, name, value)
+    if originals:
+        job._inputs = None
+
+
+def restore_originals(directory: Path, dirs: dict[Path, Path]) -> None:
+    """A job that ran on prefetched copies may hand their paths on in its outputs (a task returning
+    its input): its saved result is rewritten to name the originals, which outlive the copies."""
+    if dirs:
+        _rewrite_result(Path(directory) / "_result.pklz", dirs, move_cache_dir=False)
+
+
+def _file_inputs(job) -> list[tuple[str, ty.Any]]:
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    fields = attrs.fields(type(job.task))
+    return [
+        (f.name, getattr(job.task, f.name))
+        for f in fields
+        if not f.name.startswith("_") and TypeParser.contains_type(FileSet, f.type) and getattr(job.task, f.name) not in (None, attrs.NOTHING)
+    ]
+
+
+def _paths_in(value) -> list[str]:
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    found: list[str] = []
+    TypeParser.apply_to_instances(FileSet, lambda fs: found.extend(sorted(map(str, fs.fspaths))) or fs, value)
+    return found
+
+
+def _with_paths(fileset, paths: list[Path]):
+    """``fileset`` naming ``paths`` instead; not ``type(fileset)(paths)``, which checks the files."""
     import copy as copy_module
+
+    from fileformats.core.fileset import FileSetMetadata
+
+    moved = copy_module.copy(fileset)
+    moved.fspaths = frozenset(paths)
+    moved._metadata = FileSetMetadata(moved, overlay=fileset._explicit_metadata)
+    return moved
+
+
+def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_dir: bool) -> None:
+    """Rewrite the file paths of a saved ``Result`` under each prefix (directory -> directory):
+    written under a temporary name, fsync'ed, renamed."""
     import os
 
     import cloudpickle as cp
     from fileformats.core import FileSet
-    from fileformats.core.fileset import FileSetMetadata
     from pydra.utils.typing import TypeParser
 
-    result_file = Path(copy) / "_result.pklz"
     if not result_file.exists():
         return
     with open(result_file, "rb") as f:
         result = cp.load(f)
-    prefixes = [(str(p), str(new)) for p in dict.fromkeys([Path(old), Path(old).resolve()])]
+    pairs = [(str(before), str(after)) for before, after in prefixes.items()]
 
     def move(path: Path) -> Path:
         text = str(path)
-        for before, after in prefixes:
+        for before, after in pairs:
             if text == before or text.startswith(before + os.sep):
                 return Path(after + text[len(before) :])
         return path
 
+    changed = False
+
     def relocate(fileset: FileSet) -> FileSet:
-        moved = copy_module.copy(fileset)  # not FileSet(...): that checks the files, not there yet
-        moved.fspaths = frozenset(move(p) for p in fileset.fspaths)
-        moved._metadata = FileSetMetadata(moved, overlay=fileset._explicit_metadata)
-        return moved
+        nonlocal changed
+        paths = [move(Path(p)) for p in fileset.fspaths]
+        if set(paths) == set(map(Path, fileset.fspaths)):
+            return fileset
+        changed = True
+        return _with_paths(fileset, paths)
 
     if result.outputs is not None:
         for field in attrs.fields(type(result.outputs)):
             setattr(result.outputs, field.name, TypeParser.apply_to_instances(FileSet, relocate, getattr(result.outputs, field.name)))
-    result.cache_dir = move(Path(result.cache_dir))
+    if move_cache_dir:
+        result.cache_dir = move(Path(result.cache_dir))
+    elif not changed:
+        return
     tmp = result_file.with_name(f".{result_file.name}.relocating")
     with open(tmp, "wb") as f:
         cp.dump(result, f)

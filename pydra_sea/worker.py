@@ -21,7 +21,12 @@ What the worker does with a workflow's jobs (the decisions are the core's, :clas
 - any other job's directory is evicted once every job of every successor node finished (Pydra
   starts a node only when all its predecessors finished, so that is when no consumer can appear
   any more); an output that other nodes also read stays on its tier until the workflow copied it;
-- a job Pydra's cache holds in the home (an earlier run) is not placed nor run.
+- a job Pydra's cache holds in the home (an earlier run) is not placed nor run;
+- with ``prefetch: {enabled: true}``, the files a waiting job's inputs name on the shared
+  filesystem (the workflow's inputs) are copied to a tier while earlier jobs compute, for the next
+  ``lookahead`` jobs in the order processes are handed out; the job runs on the copies with its
+  checksum unchanged (Pydra hashes a file by its bytes and the names of its files relative to their
+  stem, its extensions, which a copy keeps), and its saved result names the originals.
 
 Not yet: nested workflows' own directories stay in the home. What Pydra 1.0a12 does not let a
 worker decide: the order of jobs across nodes (a node starts when every job of every predecessor
@@ -229,8 +234,10 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         # Pydra hands over every runnable job at once: place one only when a process is free for
         # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue;
         # which waiting job gets a free process is the core's choice (locality, then depth)
+        if engine.prefetcher is not None:  # its input files on the shared filesystem, copied ahead
+            engine.expect_reads(key, [str(p) for p in px_.input_files(job)])
         async with self._slots.one_for(key):
-            result = await self._run_placed(job, key, rerun)
+            result = await self._run_prefetched(job, key, rerun)
             self._ran.append((key, any(engine.physical_dir(p) is not None for p in engine.graph.producers(key))))
             if key in self._persisted:  # its directory will move home (Pydra asks the tier until then)
                 px_.look_home_first(job, home, engine.physical_dir(key).parent)
@@ -239,6 +246,21 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             # the workflow copies this job's outputs into its own directory once every job
             # returned: by then the job's directory must be home (a hard link, not a copy)
             await self._settled(key)
+        return result
+
+    async def _run_prefetched(self, job, key: str, rerun: bool):
+        """Run the job on the copies prefetch made of its input files, if any; its task and its
+        saved result name the originals again afterwards (a copy goes after its last reader)."""
+        engine = self.engine
+        if engine.prefetcher is None:
+            return await self._run_placed(job, key, rerun)
+        copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy
+        originals, copy_dirs = px_.read_copies(job, copies)
+        try:
+            result = await self._run_placed(job, key, rerun)
+        finally:
+            px_.put_back_inputs(job, originals)
+        px_.restore_originals(Path(job.cache_dir), copy_dirs)
         return result
 
     async def _run_placed(self, job, key: str, rerun: bool):

@@ -1,5 +1,5 @@
 """The fMRIPrep-like example (example_workflows/fmri_preproc): its BIDS dataset, and its derivatives
-byte-identical under MultiProc, SeaMultiProc (with and without prefetch) and Pydra's cf and Sea workers."""
+byte-identical under MultiProc, SeaMultiProc and Pydra's Sea worker (each with and without prefetch) and Pydra's cf worker."""
 
 from __future__ import annotations
 
@@ -65,11 +65,17 @@ def test_pydra_outputs_identical_under_sea(tmp_path, shm_dir):
 
     subjects = make_dataset(tmp_path / "bids", **SIZE)
     digests = {}
-    for worker, options in [("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}})]:
-        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **options) as submitter:
+    tiers = [{"path": str(shm_dir)}]
+    runs = [("cf", "cf", {}), ("sea", "sea", {"sea": {"tiers": tiers}}), ("prefetch", "sea", {"sea": {"tiers": tiers, "prefetch": True}})]
+    for tag, worker, options in runs:
+        with Submitter(worker=worker, cache_root=tmp_path / tag, n_procs=2, **options) as submitter:
             result = submitter(Study(bids_dir=str(tmp_path / "bids"), subjects=subjects))
         assert not result.errored
         files = [Path(f) for name in ("bold", "mask", "timeseries", "connectivity") for f in getattr(result.outputs, name)]
-        digests[worker] = [(f.name, hashlib.md5(f.read_bytes()).hexdigest()) for f in files]
-    assert len(digests["cf"]) == 4 * len(subjects) and digests["sea"] == digests["cf"]
+        digests[tag] = [(f.name, hashlib.md5(f.read_bytes()).hexdigest()) for f in files]
+    assert len(digests["cf"]) == 4 * len(subjects) and digests["sea"] == digests["cf"] and digests["prefetch"] == digests["cf"]
+    prefetched = RunReport.from_json(tmp_path / "prefetch" / "sea-report.json")
+    # each subject's bold image and sidecar, and the atlas that every subject's parcellation reads
+    assert prefetched.prefetch_files == 2 * len(subjects) + 1, prefetched.to_text()
+    assert prefetched.prefetch_hits == 3 * len(subjects) and prefetched.prefetch_misses == 0, prefetched.to_text()
     assert sea_private_dirs(shm_dir) == []

@@ -178,3 +178,44 @@ def test_a_pickled_workflow_job_expands_through_the_submitter_it_is_given(tmp_pa
         result = there.loop.run_until_complete(probe.submit(received))
     assert not result.errored and result.outputs.out == [3, 4]
     assert {seen["node"] for seen in probe.seen} == {"first", "second"}, "the nodes did not reach the given submitter's worker"
+
+
+@python.define
+def Read(in_file: File) -> int:
+    return len(open(in_file, "rb").read())
+
+
+def _job_of(task, root: Path):
+    """The job Pydra's submitter makes of ``task`` (as the worker receives it)."""
+    from pydra.engine.job import Job
+
+    with Submitter(worker="cf", cache_root=root) as submitter:
+        return Job(task=task, submitter=submitter, name="read")
+
+
+def test_a_copy_with_the_same_name_and_bytes_keeps_the_job_checksum(tmp_path):
+    """Prefetch (read_copies) relies on Pydra hashing a file by its bytes and its extension (its
+    name relative to its stem), not its directory; the job keeps its checksum and resolves its
+    inputs again."""
+    original = tmp_path / "shared" / "sub-01_bold.nii"
+    original.parent.mkdir()
+    original.write_bytes(b"0123456789" * 1000)
+    copy = tmp_path / "tier" / "abc" / original.name
+    copy.parent.mkdir(parents=True)
+    shutil.copy2(original, copy)
+    changed = tmp_path / "tier" / "changed" / original.name
+    changed.parent.mkdir()
+    changed.write_bytes(b"9876543210" * 1000)
+
+    job = _job_of(Read(in_file=File(original)), tmp_path / "cache")
+    checksum = job.checksum
+    assert px_.input_files(job) == [original]
+    assert _job_of(Read(in_file=File(copy)), tmp_path / "cache").checksum == checksum, "Pydra hashes a file's directory now"
+    assert _job_of(Read(in_file=File(changed)), tmp_path / "cache").checksum != checksum, "Pydra no longer hashes a file's bytes"
+
+    originals, dirs = px_.read_copies(job, {str(original): str(copy)})
+    assert str(job.task.in_file) == str(copy) and job.checksum == checksum and dirs == {copy.parent: original.parent}
+    assert job.task._checksum == checksum, "the task's own hash changed with the copy"
+    assert str(job.inputs["in_file"]) == str(copy), "the job resolved its inputs before the swap"
+    px_.put_back_inputs(job, originals)
+    assert str(job.task.in_file) == str(original) and str(job.inputs["in_file"]) == str(original)
