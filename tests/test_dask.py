@@ -30,13 +30,16 @@ def seadask(address: str, **dask) -> dict:
     return {"dask": {"address": address, **dask}, "sea": SEA}
 
 
-def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir):
+def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, caplog):
+    """Prefetch, which SeaDask does not do yet, is asked for: the run says so and goes on."""
     address, tiers, client = cluster
     chunks = make_chunks(disk_dir / "data", 6, 1.0)
     run(build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
     wf = build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
-    wf.run(plugin="SeaDask", plugin_args=seadask(address))
+    with caplog.at_level("WARNING", logger="nipype.workflow"):
+        wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True}})
+    assert any("prefetch is not done under SeaDask" in r.getMessage() for r in caplog.records), "no word that prefetch is off"
     assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     assert report.success and len(report.workers) == 3, report.to_text()
