@@ -122,6 +122,7 @@ CONFIGURATIONS = (
     # are what Pydra puts in the workflow's directory, copied to tmpfs after the timing to compare them
     Configuration("P", "Pydra cf worker", "cf", out_on_tmpfs=True, engine="pydra"),
     Configuration("PS", "Pydra SeaWorker", "sea", out_on_tmpfs=True, sea="tiers", engine="pydra"),
+    Configuration("PSP", "Pydra SeaWorker, prefetch on", "sea", out_on_tmpfs=True, sea="tiers", prefetch=True, engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
 

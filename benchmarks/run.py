@@ -1,7 +1,7 @@
 """The side-by-side benchmark: what users run today against Sea, on a busy and an unloaded shared filesystem.
 
 ``python -m benchmarks.run --size smoke|full [--reps 3] [--throttles busy,unloaded]
-[--workloads incrementation,filtering] [--configs A2,A,B,C,C',CP,T,S,P,PS] [--out benchmarks/results]``
+[--workloads incrementation,filtering] [--configs A2,A,B,C,C',CP,T,S,P,PS,PSP] [--out benchmarks/results]``
 
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
 5 ms per metadata operation; ``unloaded``: the bare local disk) and each workload (incrementation,
@@ -20,7 +20,8 @@ byte for byte with A's:
 * T  MultiProc with everything on tmpfs (nothing on the shared filesystem);
 * S  SeaMultiProc with everything on tmpfs (its tier a tmpfs mounted for the benchmark): Sea's own cost;
 * P  Pydra 1.0 with its cf worker, cache_root on the shared filesystem (incrementation only);
-* PS Pydra with SeaWorker, same tiers as C; P and PS outputs are compared with P's;
+* PS Pydra with SeaWorker, same tiers as C; P, PS and PSP outputs are compared with P's;
+* PSP PS with ``prefetch: true``;
 * L  (computed, busy only) the limit: max(T, declared output bytes at the throttled bandwidth) plus
   the last output's flush.
 
@@ -164,7 +165,7 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
     from example_workflows.incrementation.pydra_workflow import Incrementation
 
     chunks = make_chunks(args.data, size.units, size.unit_mib)  # already there: only lists them
-    options = {"sea": {"tiers": json.loads(args.tiers)}} if config.sea else {}
+    options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch}} if config.sea else {}
     start = time.monotonic()
     with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
         result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [BY_KEY[c] for c in selection(args.configs, BY_KEY, "configuration")]
     configs.sort(key=lambda c: (c.engine, c.key not in ("A", "P")))  # A (P) first: the others are compared with it
     if any(c.engine == "pydra" for c in configs) and not pydra_available():
-        print("  (Pydra 1.0 is not installed: P and PS are left out)", flush=True)
+        print("  (Pydra 1.0 is not installed: P, PS and PSP are left out)", flush=True)
         configs = [c for c in configs if c.engine != "pydra"]
 
     from benchmarks.tables import plot, render_markdown

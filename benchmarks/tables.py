@@ -114,6 +114,7 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
             ("C' not slower than A", ratio("A", "C'"), ">=", 1.0),
             ("prefetch: CP not slower than C (bound 2x)", ratio("C", "CP"), ">=", 1.0),
             ("Pydra: PS at least 5x faster than P", ratio("P", "PS"), ">=", 5.0),
+            ("Pydra prefetch: PSP not slower than PS (bound 2x)", ratio("PS", "PSP"), ">=", 1.0),
         ]
     else:
         wanted = [
@@ -121,6 +122,7 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
             ("prefetch: CP costs at most 3% over C", ratio("CP", "C"), "<=", 1.03),
             ("S (Sea, all on tmpfs) within 1.1x of T (MultiProc, all on tmpfs)", ratio("S", "T"), "<=", 1.1),
             ("Pydra: PS costs at most 3% over P", ratio("PS", "P"), "<=", 1.03),
+            ("Pydra prefetch: PSP costs at most 3% over PS", ratio("PSP", "PS"), "<=", 1.03),
         ]
     wanted += [
         ("C creates 10x fewer files on the shared FS than A", fewer_files, ">=", 10.0),
@@ -174,7 +176,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "CP": "#2a9", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "C'": "#7b5", "CP": "#2a9", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]
