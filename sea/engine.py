@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import logging
 import os
 import re
@@ -604,11 +605,22 @@ class SeaEngine:
         return self.prefetcher.copies_for(key) if self.prefetcher is not None else {}
 
     def _is_shared_input(self, path: Path) -> bool:
+        """A file outside the home on none of the tiers' filesystems. By filesystem, not by path:
+        a shared filesystem may be mounted below a tier's directory (a local disk tier at /var/tmp,
+        the shared filesystem at /var/tmp/mnt)."""
         if not path.is_absolute() or path == self.home or self.home in path.parents:
             return False
-        if any(t.root == path or t.root in path.parents for t in self.hierarchy.fast_tiers):
+        try:
+            if not path.is_file():
+                return False
+            device = path.stat().st_dev
+        except OSError:
             return False
-        return path.is_file()
+        return device not in self._tier_devices
+
+    @functools.cached_property
+    def _tier_devices(self) -> set[int]:
+        return {t.root.stat().st_dev for t in self.hierarchy.fast_tiers}
 
     def _reader_done(self, key: str) -> None:
         if self.prefetcher is not None:

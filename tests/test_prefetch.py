@@ -170,3 +170,20 @@ def test_a_node_handing_on_the_paths_it_read_hands_on_the_originals(tmp_path, sh
     (result,) = (tmp_path / "home").rglob("result_pair.pklz")
     assert list(loadpkl(result).outputs.files) == [str(p) for p in shared], "the copies' paths were handed on"
     assert graph is not None
+
+
+def test_a_shared_filesystem_mounted_below_a_tier_is_read_ahead_and_the_tiers_own_is_not(shm_dir, disk_dir):
+    """Found by the benchmark, whose shared filesystem is mounted under /var/tmp, a tier: a file is
+    on a tier when it is on the tier's filesystem, not when its path is under the tier's."""
+    from conftest import mounted_tmpfs
+    from sea.engine import SeaEngine
+
+    (local,) = _files(disk_dir / "local", 1)  # on the tier's own disk: already node-local
+    with mounted_tmpfs("8M", parent=str(disk_dir)) as mount:
+        (shared,) = _files(mount / "shared", 1)
+        engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(disk_dir)}], "prefetch": True}), shm_dir)  # a home off the tier's disk
+        engine.expect_reads("reader", [str(shared), str(local)])
+        copies = engine.prefetched("reader")
+        assert list(copies) == [str(shared)] and Path(copies[str(shared)]).read_bytes() == shared.read_bytes()
+        engine.close()
+        assert sorted(p.name for p in disk_dir.iterdir()) == sorted(["local", mount.name]), "a copy or Sea's directory was left"
