@@ -35,6 +35,9 @@ WORKLOADS = ("incrementation", "filtering")  # the default
 EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix")
 FMRI_MATRIX = 64  # voxels per axis of the fmri_preproc runs; their length makes one run unit_mib
 DWI_MATRIX = 48  # voxels per axis of the dwi_mrtrix runs; their directions make one run unit_mib
+# Workloads whose tools memory-map their files (MRtrix3): on the busy filesystem, slowfs serves them in
+# its page cache mode, since its default direct_io refuses memory maps (see benchmarks/slowfs.py)
+PAGE_CACHE_WORKLOADS = ("dwi_mrtrix",)
 
 
 def steps(workload: str, size: Size) -> int:
@@ -76,13 +79,22 @@ class Throttle:
     def throttled(self) -> bool:
         return self.write_mbps is not None
 
-    def describe(self) -> str:
+    def describe(self, workload: str | None = None) -> str:
         if not self.throttled:
             return f"the bare local disk under {SHARED_PARENT} (no FUSE, no throttle; the page cache absorbs writes)"
-        return (
+        text = (
             f"benchmarks.slowfs over {SHARED_PARENT}: {self.write_mbps:g} MB/s write, {self.read_mbps:g} MB/s read, "
             f"{self.meta_latency_ms:g} ms per metadata operation, one bucket for all processes"
         )
+        if workload in PAGE_CACHE_WORKLOADS:
+            text += "; page cache mode (no direct_io, so that memory maps work; writes still write-through, every open reads anew)"
+        return text
+
+    def slowfs_settings(self, workload: str) -> dict:
+        """The ``benchmarks.slowfs.Throttle`` fields of this filesystem's mount for ``workload``."""
+        assert self.throttled, f"{self.name} is the bare disk, not a slowfs mount"
+        return {"write_mbps": self.write_mbps, "read_mbps": self.read_mbps, "meta_latency_ms": self.meta_latency_ms,
+                "page_cache": workload in PAGE_CACHE_WORKLOADS}  # fmt: skip
 
 
 THROTTLES = {

@@ -4,8 +4,9 @@
 [--workloads incrementation,filtering] [--configs A2,A,B,C,C',CP,T,S,P,PS,PSP] [--out benchmarks/results]``
 
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
-5 ms per metadata operation; ``unloaded``: the bare local disk) and each workload (incrementation,
-data-intensive; filtering, real scipy compute per node), the configurations run interleaved
+5 ms per metadata operation, mounted afresh for each workload, in its page cache mode for dwi_mrtrix,
+whose MRtrix3 tools memory-map their images; ``unloaded``: the bare local disk) and each workload
+(incrementation, data-intensive; filtering, real scipy compute per node), the configurations run interleaved
 (A2 A B C C' T S, A2 A B C C' T S, ...), each a fresh process in fresh directories, outputs compared
 byte for byte with A's:
 
@@ -372,12 +373,10 @@ def run_matrix(size: Size, reps: int, throttles: list[Throttle], workloads: list
             backing.mkdir(parents=True)
             (scratch / "logs").mkdir(exist_ok=True)
             if throttle.throttled:
-                limits = SlowThrottle(
-                    write_mbps=throttle.write_mbps, read_mbps=throttle.read_mbps, meta_latency_ms=throttle.meta_latency_ms
-                )
-                with SlowFS(backing, scratch / throttle.name / "mnt", limits) as fs:
-                    stage = Stage(throttle, fs.path, fs.backing, tmpfs, fast, scratch / "logs")
-                    for workload in workloads:
+                for workload in workloads:  # a mount each: dwi_mrtrix's in the page cache mode (MRtrix3 maps its images)
+                    limits = SlowThrottle(**throttle.slowfs_settings(workload))
+                    with SlowFS(backing, scratch / throttle.name / "mnt", limits) as fs:
+                        stage = Stage(throttle, fs.path, fs.backing, tmpfs, fast, scratch / "logs")
                         records += run_workload(stage, workload, size, reps, configs)
             else:
                 stage = Stage(throttle, backing, backing, tmpfs, fast, scratch / "logs")

@@ -82,7 +82,7 @@ def section(size: Size, throttle: Throttle, workload: str, records) -> list[str]
         )
     if limit:
         rows.append(f"| L limit (computed) | {limit:.2f} | | {f'{a / limit:.2f}x' if a else '–'} | | | | | |")
-    lines = [f"## {throttle.name} shared filesystem, {workload}", "", f"- Shared filesystem: {throttle.describe()}",
+    lines = [f"## {throttle.name} shared filesystem, {workload}", "", f"- Shared filesystem: {throttle.describe(workload)}",
              f"- Workload: {describe_workload(workload, size)}; n_procs={PROCESSES}", "", *rows, ""]  # fmt: skip
     lines += targets(records, throttle, workload, med, limit)
     c_runs = _runs(records, throttle.name, workload, "C")

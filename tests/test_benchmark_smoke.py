@@ -3,9 +3,13 @@ are not checked here: speed is measured by the full benchmark, never asserted by
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,3 +38,33 @@ def test_benchmark_smoke_runs_every_configuration_on_both_filesystems(tmp_path):
     mounts = Path("/proc/mounts").read_text()
     assert "sea-bench-run-" not in mounts, "the benchmark left a mount behind"
     assert not list(Path("/dev/shm").glob("sea-bench-run-*")) and not list(Path("/var/tmp").glob("sea-bench-run-*"))
+
+
+def test_only_dwi_mrtrix_runs_on_the_page_cache_mode_of_the_busy_filesystem():
+    """MRtrix3 memory-maps its images, which slowfs's default direct_io refuses; every other workload
+    keeps direct_io, so that no page cache stands between it and the throttle."""
+    from benchmarks.matrix import EXTRA_WORKLOADS, THROTTLES, WORKLOADS
+    from benchmarks.slowfs import Throttle
+
+    busy = THROTTLES["busy"]
+    for workload in WORKLOADS + EXTRA_WORKLOADS:
+        settings = Throttle(**busy.slowfs_settings(workload))
+        assert settings.page_cache == (workload == "dwi_mrtrix"), workload
+        assert (settings.write_mbps, settings.read_mbps, settings.meta_latency_ms) == (30, 200, 5)
+    assert "page cache mode" in busy.describe("dwi_mrtrix") and "page cache" not in busy.describe("filtering")
+
+
+@pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3; .ci/run does)")
+def test_dwi_mrtrix_runs_on_the_busy_filesystem(tmp_path):
+    """MRtrix3 memory-maps its images through the slowfs mount (its page cache mode): the workload
+    runs end to end on the busy shared filesystem, with Sea's outputs identical to MultiProc's."""
+    command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--throttles", "busy",
+               "--workloads", "dwi_mrtrix", "--configs", "A,C", "--out", str(tmp_path)]  # fmt: skip
+    before = set(re.findall(r"\S*sea-bench-run-\S*", Path("/proc/mounts").read_text()))  # a benchmark running beside this one
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    text = (tmp_path / "smoke.md").read_text()
+    assert "## busy shared filesystem, dwi_mrtrix" in text and "page cache mode" in text
+    assert "| A " in text and "| C " in text and "all identical" in text
+    left = set(re.findall(r"\S*sea-bench-run-\S*", Path("/proc/mounts").read_text())) - before
+    assert not left, f"the benchmark left a mount behind: {left}"

@@ -175,8 +175,9 @@ def test_a_node_handing_on_the_paths_it_read_hands_on_the_originals(tmp_path, sh
 def test_a_shared_filesystem_mounted_below_a_tier_is_read_ahead_and_the_tiers_own_is_not(shm_dir, disk_dir):
     """Found by the benchmark, whose shared filesystem is mounted under /var/tmp, a tier: a file is
     on a tier when it is on the tier's filesystem, not when its path is under the tier's."""
-    from conftest import mounted_tmpfs
     from sea.engine import SeaEngine
+
+    from conftest import mounted_tmpfs
 
     (local,) = _files(disk_dir / "local", 1)  # on the tier's own disk: already node-local
     with mounted_tmpfs("8M", parent=str(disk_dir)) as mount:

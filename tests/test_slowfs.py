@@ -8,6 +8,7 @@ how fast things go is the benchmarks' business, never a unit test's.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import shutil
 import signal
@@ -94,6 +95,42 @@ def test_the_bandwidth_is_shared_by_processes(slowfs_factory):
     starts, ends = zip(*spans, strict=True)
     assert max(starts) < min(ends), "the writers ran at the same time"
     assert max(ends) - min(starts) >= 0.9, "40 MB through one 40 MB/s bucket take a second, however many writers"
+
+
+def test_the_page_cache_mode_memory_maps_files_and_still_throttles_writes(slowfs_factory):
+    """MRtrix3 memory-maps its images: in the page cache mode a map can be read and written through
+    the mount, its bytes reach the backing directory, and writes, by write() or through a map, still
+    pass the write bucket; a new open reads anew (no stale page)."""
+    fs = slowfs_factory(write_mbps=30, page_cache=True)
+    data = os.urandom(15 * MB)
+
+    def store_through_a_map() -> None:
+        with open(fs.path / "mapped.bin", "w+b") as fh:
+            fh.truncate(len(data))
+            with mmap.mmap(fh.fileno(), len(data)) as mapped:  # MAP_SHARED, read and write
+                mapped[:] = data
+                mapped.flush()  # msync: the dirty pages go to the server, through the write bucket
+
+    assert timed(store_through_a_map) >= 0.45, "15 MB at 30 MB/s take half a second, through a map too"
+    assert (fs.backing / "mapped.bin").read_bytes() == data
+    assert timed(lambda: write(fs.path / "written.bin", 15 * MB)) >= 0.45, "write() is write-through: 15 MB take half a second"
+    assert (fs.backing / "written.bin").stat().st_size == 15 * MB
+
+    with open(fs.path / "mapped.bin", "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+        assert mapped[:] == data
+    changed = os.urandom(len(data))  # another client's write, of the same size (a new size alone drops the pages)
+    (fs.backing / "mapped.bin").write_bytes(changed)
+    with open(fs.path / "mapped.bin", "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+        assert mapped[:] == changed, "an open was served stale pages from the page cache"
+    assert (fs.path / "mapped.bin").read_bytes() == changed
+
+
+def test_the_direct_io_default_refuses_shared_memory_maps(slowfs_factory):
+    fs = slowfs_factory()
+    (fs.path / "a.bin").write_bytes(b"x" * 4096)
+    with open(fs.path / "a.bin", "r+b") as fh, pytest.raises(OSError) as info:
+        mmap.mmap(fh.fileno(), 0)
+    assert info.value.errno == errno.ENODEV
 
 
 def test_metadata_operations_pay_the_latency(slowfs_factory):
