@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from slurm_cluster import single_host_slurm
 
 from sea.cli import main as sea_cli
 from sea.report import RunReport, WorkerReport
@@ -302,7 +303,6 @@ def test_fmriprep_use_plugin_recipe_runs_a_workflow(tmp_path, tmpfs_factory, mon
 
 
 # --------------------------------------------------------------------------------- slurm.md on a real SLURM
-SCRIPTS = ROOT / "tests" / "slurm"
 SLURM_DIR = Path("/var/tmp/sea-slurm-docs")
 SLURM_PORTS = {"SLURMCTLD_PORT": "6927", "SLURMD_PORT": "6928"}  # tests/test_slurm.py's cluster uses 6917 and 6918
 
@@ -311,28 +311,11 @@ SLURM_PORTS = {"SLURMCTLD_PORT": "6927", "SLURMD_PORT": "6928"}  # tests/test_sl
 def slurm():
     """A single-host SLURM for this module (tests/slurm/start_slurm.sh, as tests/test_slurm.py starts
     its own, in another directory on other ports, so either may run first), stopped at its end;
-    skipped where it cannot run. Yields what sbatch and the jobs need in their environment: the
-    cluster's SLURM_CONF, and PYTHONPATH so the jobs import Sea from this checkout."""
+    skipped where it cannot run. Yields what sbatch and the jobs need in their environment."""
     pytest.importorskip("dask_jobqueue")
-    if os.geteuid() != 0:
-        pytest.skip("a real SLURM needs root (munged, slurmd and the job Prolog's tmpfs mounts)")
-    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        pytest.skip("SLURM is not installed and there is no apt-get to install slurmctld slurmd slurm-client munge")
-    env = {**os.environ, **SLURM_PORTS, "START_TIMEOUT": "30"}
-    start = subprocess.run([SCRIPTS / "start_slurm.sh", SLURM_DIR], capture_output=True, text=True, env=env, timeout=600)
-    if start.returncode != 0:
-        subprocess.run([SCRIPTS / "stop_slurm.sh", SLURM_DIR], capture_output=True, env=env)
-        why = next((line for line in start.stderr.splitlines() if "ERROR" in line), start.stderr.strip()[-500:])
-        pytest.skip(f"single-host SLURM did not start (tests/slurm/start_slurm.sh): {why}")
-    try:
-        yield {
-            "SLURM_CONF": str(SLURM_DIR / "etc" / "slurm.conf"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        }
-    finally:
-        stop = subprocess.run([SCRIPTS / "stop_slurm.sh", SLURM_DIR], capture_output=True, text=True, env=env)
-        assert stop.returncode == 0, stop.stderr
-        assert not SLURM_DIR.exists()
+    with single_host_slurm(SLURM_DIR, SLURM_PORTS) as env:
+        yield env
+    assert not SLURM_DIR.exists()
 
 
 def wait_for_idle(env: dict, seconds: float = 30) -> None:

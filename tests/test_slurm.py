@@ -14,7 +14,6 @@ of the two jobs is cancelled mid-run.
 from __future__ import annotations
 
 import ast
-import os
 import re
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ import yaml
 
 pytest.importorskip("dask_jobqueue")
 
+from slurm_cluster import single_host_slurm  # noqa: E402
+
 from example_workflows.incrementation.workflow import build_workflow, make_chunks  # noqa: E402
 from nipype_sea.dask_plugin import check_dask_plugin_args  # noqa: E402
 from sea.config import SeaConfig, SeaConfigError  # noqa: E402
@@ -39,7 +40,6 @@ from conftest import tree_files  # noqa: E402
 from nipype_workflows import run  # noqa: E402
 
 ROOT = Path(__file__).parents[1]
-SCRIPTS = ROOT / "tests" / "slurm"
 DOC = ROOT / "docs" / "slurm.md"
 SLURM_DIR = Path("/var/tmp/sea-slurm-pytest")
 PORTS = {"SLURMCTLD_PORT": "6917", "SLURMD_PORT": "6918"}  # not the defaults: a cluster started by hand may use them
@@ -151,27 +151,12 @@ def wait_until(condition, seconds: float) -> bool:
 @pytest.fixture(scope="session")
 def slurm():
     """A single-host SLURM for this session (stopped at its end); skipped where it cannot run."""
-    if os.geteuid() != 0:
-        pytest.skip("a real SLURM needs root (munged, slurmd and the job Prolog's tmpfs mounts)")
-    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        pytest.skip("SLURM is not installed and there is no apt-get to install slurmctld slurmd slurm-client munge")
-    env = {**os.environ, **PORTS, "START_TIMEOUT": "30"}
-    start = subprocess.run([SCRIPTS / "start_slurm.sh", SLURM_DIR], capture_output=True, text=True, env=env, timeout=600)
-    if start.returncode != 0:
-        subprocess.run([SCRIPTS / "stop_slurm.sh", SLURM_DIR], capture_output=True, env=env)
-        why = next((line for line in start.stderr.splitlines() if "ERROR" in line), start.stderr.strip()[-500:])
-        pytest.skip(f"single-host SLURM did not start (tests/slurm/start_slurm.sh): {why}")
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("SLURM_CONF", str(SLURM_DIR / "etc" / "slurm.conf"))  # sbatch, squeue, scancel
-            # the workers, started by sbatch with this environment, import Sea from this checkout
-            patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-            yield SLURM_DIR
-    finally:
-        stop = subprocess.run([SCRIPTS / "stop_slurm.sh", SLURM_DIR], capture_output=True, text=True, env=env)
-        assert stop.returncode == 0, stop.stderr
-        assert wait_until(lambda: not leftovers(SLURM_DIR), 10), f"left running: {leftovers(SLURM_DIR)}"
-        assert not SLURM_DIR.exists() and not job_mounts(SLURM_DIR)
+    with single_host_slurm(SLURM_DIR, PORTS) as env, pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():  # sbatch, squeue, scancel; the workers import Sea from this checkout
+            patch.setenv(name, value)
+        yield SLURM_DIR
+    assert wait_until(lambda: not leftovers(SLURM_DIR), 10), f"left running: {leftovers(SLURM_DIR)}"
+    assert not SLURM_DIR.exists() and not job_mounts(SLURM_DIR)
 
 
 def squeue() -> list[str]:
