@@ -75,7 +75,9 @@ def test_pydra_outputs_identical_under_sea(tmp_path, shm_dir):
         digests[tag] = [(f.name, hashlib.md5(f.read_bytes()).hexdigest()) for f in files]
     assert len(digests["cf"]) == 4 * len(subjects) and digests["sea"] == digests["cf"] and digests["prefetch"] == digests["cf"]
     prefetched = RunReport.from_json(tmp_path / "prefetch" / "sea-report.json")
-    # each subject's bold image and sidecar, and the atlas that every subject's parcellation reads
-    assert prefetched.prefetch_files == 2 * len(subjects) + 1, prefetched.to_text()
+    # each subject's bold image and sidecar, and the atlas every subject's parcellation reads: Pydra
+    # makes a job when it can run, so the atlas's copy may be gone (its readers so far finished)
+    # before the next subject's reader appears, and is made again
+    assert 2 * len(subjects) + 1 <= prefetched.prefetch_files <= 3 * len(subjects), prefetched.to_text()
     assert prefetched.prefetch_hits == 3 * len(subjects) and prefetched.prefetch_misses == 0, prefetched.to_text()
     assert sea_private_dirs(shm_dir) == []
