@@ -6,6 +6,7 @@ one configuration once, and the tables (``benchmarks.tables``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -112,7 +113,7 @@ class Configuration:
     work_on_tmpfs: bool = False  # base_dir on /dev/shm instead of the shared filesystem
     out_on_tmpfs: bool = False  # the DataSink directory too
     sea: str | None = None  # "tiers": the node-local tiers; "fast": a tmpfs of its own; None: no Sea
-    keep_intermediates: bool = False
+    checkpoints: str = "auto"  # Sea's checkpoints: auto (the default), none or all
     prefetch: bool = False  # Sea's prefetch of the input files
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
 
@@ -126,7 +127,8 @@ CONFIGURATIONS = (
     Configuration("A", "MultiProc, tuned 0.05 s poll", "MultiProc"),
     Configuration("B", "MultiProc, work dir on tmpfs by hand", "MultiProc", work_on_tmpfs=True),
     Configuration("C", "SeaMultiProc", "SeaMultiProc", sea="tiers"),
-    Configuration("C'", "SeaMultiProc, keep_intermediates", "SeaMultiProc", sea="tiers", keep_intermediates=True),
+    Configuration("CN", "SeaMultiProc, checkpoints: none", "SeaMultiProc", sea="tiers", checkpoints="none"),
+    Configuration("C'", "SeaMultiProc, checkpoints: all", "SeaMultiProc", sea="tiers", checkpoints="all"),
     Configuration("CP", "SeaMultiProc, prefetch on", "SeaMultiProc", sea="tiers", prefetch=True),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
     Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
@@ -151,17 +153,28 @@ def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> li
     return tiers
 
 
-def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path):
+def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path, **params):
+    """``params``: the workload's own parameters (fmri_preproc: ``fwhm``, ``high_hz``)."""
     if workload == "incrementation":
         from example_workflows.incrementation import build_workflow
 
         return build_workflow(data, size.units, size.iterations, work, out)
     if workload in ("fmri_preproc", "dwi_mrtrix"):
         module = import_module(f"example_workflows.{workload}")
-        return module.build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out)
+        return module.build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out, **params)
     from example_workflows.filtering import build_workflow
 
     return build_workflow(data, size.units, work, out)
+
+
+STARTED = "SEA_BENCH_STARTED"  # where record_start appends the nodes a run sends to a worker process
+
+
+def record_start(node, status) -> None:
+    """MultiProc's ``status_callback`` (SeaMultiProc takes it too): one line per node executed."""
+    if status == "start" and os.environ.get(STARTED):
+        with open(os.environ[STARTED], "a") as fh:
+            fh.write(f"{node.fullname}\n")
 
 
 def make_inputs(workload: str, size: Size, data: Path) -> None:

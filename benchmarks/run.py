@@ -1,7 +1,7 @@
 """The side-by-side benchmark: what users run today against Sea, on a busy and an unloaded shared filesystem.
 
 ``python -m benchmarks.run --size smoke|full [--reps 3] [--throttles busy,unloaded]
-[--workloads incrementation,filtering] [--configs A2,A,B,C,C',CP,T,S,P,PS,PSP] [--out benchmarks/results]``
+[--workloads incrementation,filtering] [--configs A2,A,B,C,CN,C',CP,T,S,P,PS,PSP] [--out benchmarks/results]``
 
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
 5 ms per metadata operation, mounted afresh for each workload, in its page cache mode for dwi_mrtrix,
@@ -14,8 +14,10 @@ byte for byte with A's:
 * A  the same, poll tuned to 0.05 s: the fair best MultiProc;
 * B  MultiProc with the work dir on tmpfs by hand (``-w $SLURM_TMPDIR``), DataSink on the shared
   filesystem: what careful users do today (it loses resume, and fails when tmpfs fills);
-* C  SeaMultiProc, home on the shared filesystem, tiers /dev/shm then the local disk;
-* C' SeaMultiProc with ``keep_intermediates: true`` (the seeds' flush-all);
+* C  SeaMultiProc, home on the shared filesystem, tiers /dev/shm then the local disk, its default
+  ``checkpoints: auto`` (node directories costly to recompute are copied home too);
+* CN SeaMultiProc with ``checkpoints: none`` (only declared outputs go home);
+* C' SeaMultiProc with ``checkpoints: all`` (``keep_intermediates: true``, the seeds' flush-all);
 * CP SeaMultiProc with ``prefetch: true``: the input files (on the shared filesystem) copied to the
   tier ahead of the nodes reading them;
 * T  MultiProc with everything on tmpfs (nothing on the shared filesystem);
@@ -37,6 +39,7 @@ and ``.png``; the model's predictions (``sea.model``) are printed next to the me
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import filecmp
 import json
@@ -62,6 +65,7 @@ from benchmarks.matrix import (  # noqa: E402
     PROCESSES,
     SHARED_PARENT,
     SIZES,
+    STARTED,
     THROTTLES,
     TMPFS_PARENT,
     WORKLOADS,
@@ -70,6 +74,7 @@ from benchmarks.matrix import (  # noqa: E402
     Throttle,
     build_workflow,
     make_inputs,
+    record_start,
     sea_tiers,
 )
 
@@ -143,11 +148,14 @@ def worker(args: argparse.Namespace) -> None:
     config, size = BY_KEY[args.worker], SIZES[args.size]
     if config.engine == "pydra":
         return pydra_worker(args, config, size)
-    wf = build_workflow(args.workload, size, args.data, args.work, args.out)
+    wf = build_workflow(args.workload, size, args.data, args.work, args.out, **json.loads(args.params or "{}"))
     wf.config["execution"]["poll_sleep_duration"] = config.poll
     plugin_args: dict = {"n_procs": PROCESSES}
+    if args.count:  # the nodes this run executes (sent to a worker process), one per line
+        os.environ[STARTED] = str(args.count)
+        plugin_args["status_callback"] = record_start
     if config.sea:
-        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "keep_intermediates": config.keep_intermediates, "prefetch": config.prefetch,
+        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "checkpoints": config.checkpoints, "prefetch": config.prefetch,
                               "sinks": ["DataSink", "DerivativesDataSink"]}  # fmt: skip
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
@@ -166,7 +174,7 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
     from example_workflows.incrementation.pydra_workflow import Incrementation
 
     chunks = make_chunks(args.data, size.units, size.unit_mib)  # already there: only lists them
-    options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch}} if config.sea else {}
+    options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch, "checkpoints": config.checkpoints}} if config.sea else {}
     start = time.monotonic()
     with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
         result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))
@@ -257,38 +265,70 @@ class Stage:
     logs: Path
 
 
-def run_one(stage: Stage, workload: str, size: Size, config: Configuration, repetition: int) -> tuple[RunRecord, str]:
-    """One run in fresh directories; returns its record and its run name (the caller cleans it)."""
-    name = f"{workload}-{config.file_key}-{repetition}"
+def run_dirs(stage: Stage, config: Configuration, name: str) -> tuple[Path, Path]:
+    """(work, out) of the run ``name``: on the shared filesystem, or on tmpfs for the configurations that put them there."""
     work = (stage.tmpfs if config.work_on_tmpfs else stage.shared) / name / "work"
     out = (stage.tmpfs if config.out_on_tmpfs else stage.shared) / name / "out"
+    return work, out
+
+
+def launch(
+    stage: Stage, workload: str, size: Size, config: Configuration, name: str, params: dict | None = None, kill_after: float | None = None
+) -> tuple[dict | None, float]:
+    """Run the worker process for the run ``name`` (its directories as they are: fresh, or left by
+    an earlier run of it); (what it measured, seconds of the whole process). ``params``: the
+    workload's parameters; ``kill_after``: SIGKILL it after that many seconds (a wall time), unless
+    it ended first: what it measured is then only the nodes it started (``executed``)."""
+    work, out = run_dirs(stage, config, name)
     result = stage.logs / f"{stage.throttle.name}-{name}.json"
     log = stage.logs / f"{stage.throttle.name}-{name}.log"
-    tiers = sea_tiers(config, stage.throttle, stage.fast_tmpfs)
+    result.unlink(missing_ok=True)
+    count = stage.logs / f"{stage.throttle.name}-{name}.started"  # not on the shared filesystem: no throttle
+    count.unlink(missing_ok=True)
     command = [
         sys.executable, str(Path(__file__).resolve()), "--worker", config.key, "--workload", workload, "--size", size.name,
         "--data", str(stage.shared / workload), "--work", str(work), "--out", str(out), "--result", str(result),
-        "--tiers", json.dumps(tiers),
+        "--tiers", json.dumps(sea_tiers(config, stage.throttle, stage.fast_tmpfs)), "--params", json.dumps(params or {}),
+        "--count", str(count),
     ]  # fmt: skip
     os.sync()  # the previous run's writeback must not land inside this run's timing
     start = time.monotonic()
-    with open(log, "wb") as log_file:
+    timeout = size.timeout_seconds if kill_after is None else kill_after
+    with open(log, "ab") as log_file:
         env = dict(os.environ, NIPYPE_NO_ET="1")  # no version check over the network inside the timing
         process = subprocess.Popen(command, cwd=stage.tmpfs, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = process.wait(timeout=size.timeout_seconds)
-        except BaseException as error:  # the timeout, or Ctrl-C: take its process pool down with it
+            code = process.wait(timeout=timeout)
+        except BaseException as error:  # the timeout (or the kill asked for), or Ctrl-C: take its process pool down with it
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             if not isinstance(error, subprocess.TimeoutExpired):
                 raise
             code = None
     process_seconds = time.monotonic() - start
+    executed = count.read_text().split() if count.exists() else []
+    if kill_after is not None and code is None:
+        return {"executed": executed}, process_seconds
     if code != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         why = f"timed out after {size.timeout_seconds:.0f} s" if code is None else f"exit {code}"
         raise WorkerFailed(f"{stage.throttle.name}/{workload}/{config.key} ({config.name}) failed ({why}); its log ends:\n{tail}")
     measured = json.loads(result.read_text())
+    measured["executed"] = executed
+    return measured, process_seconds
+
+
+def run_one(stage: Stage, workload: str, size: Size, config: Configuration, repetition: int) -> tuple[RunRecord, str]:
+    """One run in fresh directories; returns its record and its run name (the caller cleans it)."""
+    name = f"{workload}-{config.file_key}-{repetition}"
+    measured, process_seconds = launch(stage, workload, size, config, name)
+    return record_of(stage, workload, config, repetition, name, measured, process_seconds), name
+
+
+def record_of(stage: Stage, workload: str, config: Configuration, repetition: int, name: str, measured: dict, process_seconds: float) -> RunRecord:
+    """What the run ``name`` measured, and left on the shared filesystem."""
+    work, out = run_dirs(stage, config, name)
+    tiers = sea_tiers(config, stage.throttle, stage.fast_tmpfs)
     leftovers = remove_sea_leftovers([Path(t["path"]) for t in tiers], work) if config.sea else []
     # count what reached the shared filesystem through its backing directory: no metadata latency
     on_shared = [
@@ -309,7 +349,7 @@ def run_one(stage: Stage, workload: str, size: Size, config: Configuration, repe
         sea=measured.get("sea"),
         sea_leftovers=leftovers,
     )
-    return record, name
+    return record
 
 
 def progress_line(record: RunRecord) -> str:
@@ -355,10 +395,10 @@ def mount_tmpfs(path: Path) -> bool:
     return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8g,mode=0755", "sea-bench", str(path)], capture_output=True).returncode == 0
 
 
-def run_matrix(size: Size, reps: int, throttles: list[Throttle], workloads: list[str], configs: list[Configuration]) -> list[RunRecord]:
-    from benchmarks.slowfs import SlowFS
-    from benchmarks.slowfs import Throttle as SlowThrottle
-
+@contextlib.contextmanager
+def scratch_space(configs: list[Configuration]):
+    """The benchmark's scratch directories (on the shared filesystem's disk and on /dev/shm) and S's
+    tmpfs; (scratch, tmpfs, fast tmpfs, the configurations that can run); all removed at the end."""
     scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=SHARED_PARENT))
     tmpfs = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=TMPFS_PARENT))
     fast = scratch / "fast-tmpfs"
@@ -366,28 +406,40 @@ def run_matrix(size: Size, reps: int, throttles: list[Throttle], workloads: list
     if not mounted and any(c.sea == "fast" for c in configs):
         print("  (could not mount a tmpfs for S: not root? S is left out)", flush=True)
         configs = [c for c in configs if c.sea != "fast"]
-    records: list[RunRecord] = []
+    (scratch / "logs").mkdir()
     try:
-        for throttle in throttles:
-            backing = scratch / throttle.name / "backing"
-            backing.mkdir(parents=True)
-            (scratch / "logs").mkdir(exist_ok=True)
-            if throttle.throttled:
-                for workload in workloads:  # a mount each: dwi_mrtrix's in the page cache mode (MRtrix3 maps its images)
-                    limits = SlowThrottle(**throttle.slowfs_settings(workload))
-                    with SlowFS(backing, scratch / throttle.name / "mnt", limits) as fs:
-                        stage = Stage(throttle, fs.path, fs.backing, tmpfs, fast, scratch / "logs")
-                        records += run_workload(stage, workload, size, reps, configs)
-            else:
-                stage = Stage(throttle, backing, backing, tmpfs, fast, scratch / "logs")
-                for workload in workloads:
-                    records += run_workload(stage, workload, size, reps, configs)
+        yield scratch, tmpfs, fast, configs
     finally:
         if mounted:
             subprocess.run(["umount", str(fast)], check=False)
         remove_sea_leftovers([TMPFS_PARENT, SHARED_PARENT], scratch)
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(tmpfs, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged(scratch: Path, tmpfs: Path, fast: Path, throttle: Throttle, workload: str):
+    """The shared filesystem of one throttle for one workload: a slowfs mount of its own when
+    throttled (dwi_mrtrix's in the page cache mode: MRtrix3 maps its images), else the bare disk."""
+    from benchmarks.slowfs import SlowFS
+    from benchmarks.slowfs import Throttle as SlowThrottle
+
+    backing = scratch / throttle.name / "backing"
+    backing.mkdir(parents=True, exist_ok=True)
+    if throttle.throttled:
+        with SlowFS(backing, scratch / throttle.name / "mnt", SlowThrottle(**throttle.slowfs_settings(workload))) as fs:
+            yield Stage(throttle, fs.path, fs.backing, tmpfs, fast, scratch / "logs")
+    else:
+        yield Stage(throttle, backing, backing, tmpfs, fast, scratch / "logs")
+
+
+def run_matrix(size: Size, reps: int, throttles: list[Throttle], workloads: list[str], configs: list[Configuration]) -> list[RunRecord]:
+    records: list[RunRecord] = []
+    with scratch_space(configs) as (scratch, tmpfs, fast, configs):
+        for throttle in throttles:
+            for workload in workloads:
+                with staged(scratch, tmpfs, fast, throttle, workload) as stage:
+                    records += run_workload(stage, workload, size, reps, configs)
     return records
 
 
@@ -412,8 +464,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(BY_KEY), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results", help="where <size>.md, .json and .png go")
     internal = parser.add_argument_group("internal: one run in a worker process")
-    for name in ("--worker", "--workload", "--data", "--work", "--result", "--tiers"):
-        internal.add_argument(name, help=argparse.SUPPRESS, type=str if name in ("--worker", "--workload", "--tiers") else Path)
+    for name in ("--worker", "--workload", "--data", "--work", "--result", "--tiers", "--params", "--count"):
+        internal.add_argument(name, help=argparse.SUPPRESS, type=str if name in ("--worker", "--workload", "--tiers", "--params") else Path)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)

@@ -23,8 +23,10 @@ Facts relied upon (nipype 1.8-1.12):
 from __future__ import annotations
 
 import gc
+import io
 import logging
 import os
+import pickle
 import re
 import sys
 import threading
@@ -227,33 +229,8 @@ def restore_originals(directory: Path, copies: dict[str, str]) -> None:
     """A node that ran on prefetched copies may hand their paths on in its outputs (a function
     returning its input, a gradient table made of two file names): its saved result is rewritten
     to name the originals, which outlive the copies (a copy goes once its readers finished)."""
-    from nipype.pipeline.engine.utils import loadpkl, savepkl
-
     originals = {copy: original for original, copy in copies.items()}
-
-    def restored(value):
-        if isinstance(value, str):
-            return originals.get(value, value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(restored(v) for v in value)
-        return value
-
-    for path in Path(directory).glob("result_*.pklz"):
-        result = loadpkl(path)
-        outputs = getattr(result, "outputs", None)
-        if outputs is None:
-            continue
-        names = outputs.copyable_trait_names() if hasattr(outputs, "copyable_trait_names") else list(outputs.dictcopy())
-        changed = False
-        for name in names:
-            value = getattr(outputs, name)
-            if restored(value) != value:
-                setattr(outputs, name, restored(value))
-                changed = True
-        if changed:
-            tmp = path.with_name(f".restoring-{path.name}")  # savepkl compresses by the .pklz ending
-            savepkl(str(tmp), result)
-            os.replace(tmp, path)
+    _rewrite_results(Path(directory).glob("result_*.pklz"), lambda path: originals.get(path, path))
 
 
 def logical_dir(node) -> Path:
@@ -285,6 +262,25 @@ def own_inputs(node) -> str:
     except Exception:  # noqa: BLE001 - an input Nipype cannot hash: never treat the node as done
         return f"unhashable {os.urandom(8).hex()}"
     return repr([(name, value) for name, value in hashed if name not in node.input_source])
+
+
+def paths_read(result) -> list[str]:
+    """The absolute paths among the inputs a node ran with (its ``InterfaceResult.inputs``)."""
+    found: list[str] = []
+
+    def walk(value) -> None:
+        if isinstance(value, str):
+            if os.path.isabs(value):
+                found.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+
+    walk(getattr(result, "inputs", None) or {})
+    return found
 
 
 def interface_name(node) -> str:
@@ -327,34 +323,124 @@ def cached_in_home(node) -> bool:
     return cached and updated and (overwrite is False or (overwrite is None and not always_run))
 
 
-def relocate_results(directory: Path, old: Path, new: Path) -> None:
-    """A node directory made at ``old`` now lives at ``new``: rewrite the paths its
-    ``result_*.pklz`` gives for its outputs (Nipype saves them absolute unless
-    ``use_relative_paths``). Run once the files are at ``new``: output traits check they exist."""
-    from nipype.interfaces.base.traits_extension import Undefined
-    from nipype.pipeline.engine.utils import loadpkl, savepkl
+def relocate_results(directory: Path, moves: dict[Path, Path]) -> list[str]:
+    """A node directory (and the sub-node directories in it) made under the old paths of ``moves``
+    (old directory -> new directory) is now at ``directory``: rewrite the paths its ``result_*.pklz``
+    files give (Nipype saves them absolute unless ``use_relative_paths``) and its links point at.
+    Returns the new paths written (they may name other nodes' directories)."""
+    prefixes = sorted(((str(old), str(new)) for old, new in moves.items()), key=lambda pair: -len(pair[0]))
+
+    def moved(path: str) -> str:
+        for old, new in prefixes:
+            if path == old or path.startswith(old + os.sep):
+                return new + path[len(old) :]
+        return path
+
+    results, written = [], []
+    for dirpath, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            entry = os.path.join(dirpath, name)
+            if os.path.islink(entry) and moved(os.readlink(entry)) != os.readlink(entry):
+                target = moved(os.readlink(entry))
+                tmp = os.path.join(dirpath, f".{name}.relocating")
+                os.symlink(target, tmp)
+                os.replace(tmp, entry)
+                written.append(target)
+            elif name.startswith("result_") and name.endswith(".pklz"):
+                results.append(Path(entry))
+    return written + _rewrite_results(results, moved)
+
+
+def _rewrite_results(result_files, rewrite) -> list[str]:
+    """Rewrite with ``rewrite`` the path strings that Nipype result files give as outputs (what a
+    consumer reads; the inputs and the run directory stay a record of where the node ran). A file is
+    read without setting its traited objects up, so nothing is validated (an output trait checks that
+    its file exists: the directory on its way home is not at its new path yet, a producer's may be
+    gone already), and written back with their state, rewritten for the outputs: under a temporary
+    name, then renamed. Returns the new paths written."""
+    import gzip
+    import json
+
+    written: list[str] = []
 
     def moved(value):
-        if isinstance(value, str) and (value == str(old) or value.startswith(str(old) + os.sep)):
-            return str(new) + value[len(str(old)) :]
+        if isinstance(value, str):
+            new = rewrite(value)
+            if new != value:
+                written.append(new)
+            return new
         if isinstance(value, (list, tuple)):
             return type(value)(moved(v) for v in value)
         if isinstance(value, dict):
             return {k: moved(v) for k, v in value.items()}
         return value
 
-    for results in Path(directory).glob("result_*.pklz"):
-        result = loadpkl(results)
-        outputs = getattr(result, "outputs", None)
-        if outputs is None:
+    for path in result_files:
+        data = gzip.decompress(Path(path).read_bytes())
+        header, end = b"", data.find(b"\n")
+        if end >= 0:  # savepkl(versioning=True) starts with a line of JSON
+            try:
+                json.loads(data[:end])
+                header, data = data[: end + 1], data[end + 1 :]
+            except (UnicodeDecodeError, ValueError):
+                pass
+        loader = _Unvalidated(io.BytesIO(data))
+        result = loader.load()
+        outputs, states = getattr(result, "outputs", None), loader.states
+        before = len(written)
+        if id(outputs) in states:
+            states[id(outputs)] = moved(states[id(outputs)])
+        elif outputs is not None:
+            outputs.__dict__.update(moved(dict(outputs.__dict__)))  # a MapNode's outputs: a Bunch
+
+        if len(written) == before:
             continue
-        # a Node's outputs are a traited spec; a MapNode's, a Bunch of lists
-        names = outputs.copyable_trait_names() if hasattr(outputs, "copyable_trait_names") else list(outputs.dictcopy())
-        for name in names:
-            value = getattr(outputs, name)
-            if value is not Undefined and moved(value) != value:
-                setattr(outputs, name, moved(value))
-        savepkl(str(results), result)
+        buffer = io.BytesIO()
+        _StatesKept(buffer, states).dump(result)
+        tmp = Path(path).with_name(f".{Path(path).name}.relocating")
+        with open(tmp, "wb") as fh:
+            fh.write(gzip.compress(header + buffer.getvalue()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    return written
+
+
+class _StatesKept(pickle.Pickler):
+    """Writes back what :class:`_Unvalidated` read: traited objects with the states it kept."""
+
+    def __init__(self, file, states: dict[int, object]):
+        super().__init__(file, pickle.DEFAULT_PROTOCOL)
+        self.states = states
+
+    def reducer_override(self, obj):
+        import copyreg
+
+        state = self.states.get(id(obj))
+        return NotImplemented if state is None else (copyreg.__newobj__, (type(obj),), state)
+
+
+class _Unvalidated(pickle._Unpickler):
+    """A pickle reader that leaves traited objects (a node's inputs and outputs) as it found them,
+    their state in ``states`` (by ``id``), instead of setting their traits: setting validates them."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.states: dict[int, object] = {}
+
+    def _build(self):
+        from traits.api import HasTraits
+
+        state = self.stack.pop()
+        if isinstance(self.stack[-1], HasTraits):
+            self.states[id(self.stack[-1])] = state
+            return
+        self.stack.append(state)
+        pickle._Unpickler.load_build(self)
+
+    dispatch[pickle.BUILD[0]] = _build
 
 
 # ------------------------------------------------------------------------- plugin hooks
@@ -372,6 +458,7 @@ class EventedMultiProc(MultiProcPlugin):
         self._wake = threading.Event()
         self._poll_timeout = 2.0
         self._submitted: dict[int, tuple[object, bool]] = {}
+        self._result = None  # the result _get_result just returned, for the _task_finished_cb that follows
         self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
 
     # events (no-op defaults) ---------------------------------------------
@@ -390,7 +477,9 @@ class EventedMultiProc(MultiProcPlugin):
         """Return True to resubmit the (re-prepared) copy instead of reporting the failure."""
         return False
 
-    def job_finished(self, node, cached: bool) -> None: ...
+    def job_finished(self, node, cached: bool, result=None) -> None:
+        """``result``: the ``InterfaceResult`` the worker process sent back (``None`` for a node
+        found cached, or run in this process)."""
 
     def job_failed(self, node) -> None: ...
 
@@ -469,6 +558,7 @@ class EventedMultiProc(MultiProcPlugin):
 
     def _get_result(self, taskid):
         result = super()._get_result(taskid)
+        self._result = result.get("result") if result and not result.get("traceback") else None
         if result and result.get("traceback") and taskid in self._submitted:
             node, updatehash = self._submitted[taskid]
             if self.retry_node(node, "".join(result["traceback"])):
@@ -485,7 +575,8 @@ class EventedMultiProc(MultiProcPlugin):
 
     def _task_finished_cb(self, jobid, cached=False):
         super()._task_finished_cb(jobid, cached=cached)
-        self.job_finished(self.procs[jobid], cached)  # MapNode sub-nodes too (jobid in mapnodesubids)
+        result, self._result = (None if cached else self._result), None
+        self.job_finished(self.procs[jobid], cached, result)  # MapNode sub-nodes too (jobid in mapnodesubids)
 
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])

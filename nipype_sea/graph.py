@@ -27,6 +27,7 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
                 upstream=tuple((key(d), label) for d, label in nx_.producers(node, graph)),
                 sink_destination=sink,
                 persist_dir=interface in sinks and sink is None,
+                reuses_dir=nx_.is_mapnode(node),
             )
         )
     return specs

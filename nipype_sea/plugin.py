@@ -71,7 +71,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         self.home = home
         if nx_.forget_stale_links(graph, home):
             logger.warning("[Sea] links left in %s by a killed run were removed; their nodes run again", home)
-        self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake)
+        self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results)
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
         except BaseException:
@@ -117,7 +117,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
                 continue
             if nx_.is_mapnode(self.node_of(jobid)) and key in self.engine.graph:
                 nx_.read_inputs_from(self.node_of(jobid), self._physical_dir)  # read before the hash check
-                self.engine.place(key)  # its sub-nodes and report are written inside it
+                if self.engine.is_fresh(key):  # its sub-nodes and report are written inside it
+                    self.engine.place(key)  # (one with a directory in the home reruns in it, as under MultiProc)
             ordered.append(jobid)
         return ordered
 
@@ -159,10 +160,11 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             nx_.redirect_sink(node, placement.staging)
         return True
 
-    def job_finished(self, node, cached: bool) -> None:
+    def job_finished(self, node, cached: bool, result=None) -> None:
         key = self._node_key(node)
-        if key in self._copies:  # before its consumers read its outputs, and before the copies go
-            nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), self._copies.pop(key))
+        copies = self._copies.pop(key, {})
+        if copies:  # before its consumers read its outputs, and before the copies go
+            nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), copies)
         if self.engine.prefetcher is not None and not self.engine.is_skipped(key):
             self._expect_reads_after(node, key)
         if self.engine.is_skipped(key):
@@ -170,7 +172,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         elif cached:
             self.engine.node_cached(key)
         else:
-            self.engine.node_finished(key)
+            originals = {copy: original for original, copy in copies.items()}
+            self.engine.node_finished(key, reads=[originals.get(p, p) for p in nx_.paths_read(result)])
 
     def _expect_reads_after(self, node, key: str) -> None:
         """A data grabber (or any node) finished: the shared files it hands its consumers are

@@ -164,10 +164,14 @@ def look_home_first(job, home: Path, elsewhere: Path) -> None:
     job.all_caches = [Path(elsewhere), *readonly]
 
 
-def relocate_result(copy: Path, old: Path, new: Path) -> None:
-    """Rewrite the paths in ``copy/_result.pklz`` (a job directory copied from ``old``) to ``new``,
-    the path the copy will have: written under a temporary name, fsync'ed, renamed."""
-    _rewrite_result(Path(copy) / "_result.pklz", {p: Path(new) for p in (Path(old), Path(old).resolve())}, move_cache_dir=True)
+def relocate_result(copy: Path, moves: dict[Path, Path]) -> list[str]:
+    """Rewrite the paths in ``copy/_result.pklz`` (a job directory made under the old paths of
+    ``moves``, old directory -> new directory) for the path the copy will have: written under a
+    temporary name, fsync'ed, renamed. Returns the new paths written."""
+    prefixes = {}
+    for old, new in moves.items():
+        prefixes[Path(old)] = prefixes[Path(old).resolve()] = Path(new)
+    return _rewrite_result(Path(copy) / "_result.pklz", prefixes, move_cache_dir=True)
 
 
 def input_files(job) -> list[Path]:
@@ -272,9 +276,9 @@ def _with_paths(fileset, paths: list[Path]):
     return moved
 
 
-def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_dir: bool) -> None:
+def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_dir: bool) -> list[str]:
     """Rewrite the file paths of a saved ``Result`` under each prefix (directory -> directory):
-    written under a temporary name, fsync'ed, renamed."""
+    written under a temporary name, fsync'ed, renamed. Returns the new file paths written."""
     import os
 
     import cloudpickle as cp
@@ -282,10 +286,11 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
     from pydra.utils.typing import TypeParser
 
     if not result_file.exists():
-        return
+        return []
     with open(result_file, "rb") as f:
         result = cp.load(f)
-    pairs = [(str(before), str(after)) for before, after in prefixes.items()]
+    pairs = sorted(((str(before), str(after)) for before, after in prefixes.items()), key=lambda pair: -len(pair[0]))
+    written: list[str] = []
 
     def move(path: Path) -> Path:
         text = str(path)
@@ -302,6 +307,7 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
         if set(paths) == set(map(Path, fileset.fspaths)):
             return fileset
         changed = True
+        written.extend(str(p) for p in paths)
         return _with_paths(fileset, paths)
 
     if result.outputs is not None:
@@ -310,13 +316,14 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
     if move_cache_dir:
         result.cache_dir = move(Path(result.cache_dir))
     elif not changed:
-        return
+        return written
     tmp = result_file.with_name(f".{result_file.name}.relocating")
     with open(tmp, "wb") as f:
         cp.dump(result, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, result_file)
+    return written
 
 
 def submit_through(job, submitter) -> None:

@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 
 from .config import SeaConfig, SeaConfigError
-from .engine import HISTORY
+from .engine import HISTORY, JOURNAL
 from .estimate import SizeEstimator
 from .graph import WorkflowGraph
+from .journal import Journal
 from .model import Bandwidth, TierModel
 from .plan import Plan, describe, load_target, make_plan
 from .plot import plot_timeline
 from .probe import cached_probe
 from .report import RunReport
+from .resume import CACHE_CHECK, CHANGED, EVICTED, plan_rerun
 from .sizes import format_size
 from .tiers import StorageHierarchy
 
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--n-procs", type=int, default=os.cpu_count() or 1)
     plan.add_argument("--shared-read-mbps", type=float, help="the shared filesystem's read bandwidth (default: probe the home)")
     plan.add_argument("--shared-write-mbps", type=float, help="the shared filesystem's write bandwidth (default: probe the home)")
+    plan.add_argument("--rerun", action="store_true", help="instead: what a rerun of it in its base_dir will execute, and why (reads the journal)")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s")
             return 0
         if args.command == "plan":
-            print(_plan(args).to_text())
+            print(_rerun_plan(args) if args.rerun else _plan(args).to_text())
             return 0
         if args.command == "report":
             path = Path(args.path)
@@ -113,6 +116,29 @@ def _plan(args: argparse.Namespace) -> Plan:
     history = SizeEstimator.load(history_path, config.default_node_size)
     graph = WorkflowGraph.from_specs(found.specs)
     return make_plan(graph, history, tiers, shared, args.n_procs, found.input_bytes, learned=history_path.is_file())
+
+
+def _rerun_plan(args: argparse.Namespace, shown: int = 12) -> str:
+    """What a rerun will execute and why, from the journal and the home, before anything runs."""
+    found = describe(load_target(args.target), SeaConfig.load(args.sea))
+    graph = WorkflowGraph.from_specs(found.specs)
+    records = Journal.read(found.home / JOURNAL)
+    plan = plan_rerun(graph, records, found.home)
+    lines = [f"a rerun in {found.home} ({len(graph)} nodes; the journal knows {len(records)}): {plan.summary()}"]
+    groups = {
+        CHANGED: "runs: new, or its inputs, code or input data changed",
+        EVICTED: "runs again: evicted, and a node that runs needs it",
+        CACHE_CHECK: "a directory in the home Sea did not record: Nipype's own cache check decides, as under MultiProc",
+    }
+    for status, title in groups.items():
+        keys = [key for key in graph.topological() if plan.status[key] == status]
+        if not keys:
+            continue
+        lines.append(f"  {len(keys)} {title}:")
+        lines += [f"    {key}" + (f" (needed by {plan.needed_by[key]})" if status == EVICTED else "") for key in keys[:shown]]
+        if len(keys) > shown:
+            lines.append(f"    ... and {len(keys) - shown} more")
+    return "\n".join(lines)
 
 
 def config_reference() -> str:

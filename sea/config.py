@@ -47,6 +47,14 @@ class Mode(str, enum.Enum):
         return self in (Mode.COPY, Mode.MOVE)
 
 
+class Checkpoints(str, enum.Enum):
+    """Which node directories go home so that a rerun need not recompute them (see sea/checkpoint.py)."""
+
+    AUTO = "auto"  # those whose recomputation costs more than their copy home
+    NONE = "none"  # none: a rerun recomputes every evicted producer a changed node needs
+    ALL = "all"  # every one (keep_intermediates: true): reruns as under the engine's own plugin
+
+
 @dataclass(frozen=True)
 class TierSpec:
     """One storage tier as the user wrote it (${VAR} are expanded, and the path checked, where the tiers are made)."""
@@ -136,9 +144,21 @@ class SeaConfig:
             [{"pattern": "**/_report/**", "mode": "copy"}],
         ),
     )
+    checkpoints: Checkpoints = field(
+        default=Checkpoints.AUTO,
+        metadata=_doc(
+            "which node directories are copied home, in the background and after declared outputs, so a "
+            "rerun (after a change, a kill, a wall-time limit) reuses them through the engine's own cache: "
+            "auto (a node whose recomputation, with the evicted producers it needs, would take longer than "
+            "copying its directory home), none (only declared outputs go home; a rerun recomputes what a "
+            "changed node needs), all (every node directory: reruns re-execute exactly what MultiProc or "
+            "cf would, for the most bytes and files on the shared filesystem)",
+            "auto",
+        ),
+    )
     keep_intermediates: bool = field(
         default=False,
-        metadata=_doc("also flush every node's working directory home (Sea's copy-all)", False),
+        metadata=_doc("the same as checkpoints: all (Sea's copy-all; kept for existing configurations)", False),
     )
     stager_threads: int = field(
         default=2, metadata=_doc("threads copying declared outputs home in the background", 2)
@@ -210,7 +230,17 @@ class SeaConfig:
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
             kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
+        if kwargs.get("keep_intermediates") and kwargs.get("checkpoints", Checkpoints.ALL) is not Checkpoints.ALL:
+            raise SeaConfigError(
+                f"{origin}: keep_intermediates: true means checkpoints: all, but checkpoints is {kwargs['checkpoints'].value!r}; "
+                "remove one of the two keys"
+            )
         return cls(**kwargs)
+
+    @property
+    def checkpoint_mode(self) -> Checkpoints:
+        """``checkpoints``, with ``keep_intermediates: true`` read as ``all``."""
+        return Checkpoints.ALL if self.keep_intermediates else self.checkpoints
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -375,6 +405,12 @@ def _parse_rules(value: Any, what: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _parse_checkpoints(value: Any, what: str) -> Checkpoints:
+    if isinstance(value, Checkpoints):
+        return value
+    return Checkpoints(check_choice(value, what, [c.value for c in Checkpoints]))
+
+
 def _parse_threads(value: Any, what: str) -> int:
     return check_whole_number(value, what, 1, 64)
 
@@ -424,6 +460,7 @@ def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
 _PARSERS = {
     "tiers": _parse_tiers,
     "rules": _parse_rules,
+    "checkpoints": _parse_checkpoints,
     "keep_intermediates": check_bool,
     "stager_threads": _parse_threads,
     "report": _parse_report,

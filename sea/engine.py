@@ -47,21 +47,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoint import CheckpointPolicy, CopyCost
 from .config import Mode, Rule, SeaConfig, SeaConfigError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
 from .ordering import order_ready
 from .prefetch import Prefetcher
+from .probe import remembered
 from .report import RunReport, TierReport, peak_concurrent_bytes
-from .resume import plan_skips
+from .resume import RerunPlan, checkpoint_identity, plan_rerun
 from .sizes import format_size
-from .stager import TMP_MARK, FlushBatch, Stager, sweep_temporaries
+from .stager import CHECKPOINT, DECLARED, TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
 MAX_SAMPLES = 4000  # points kept in the report's tier-usage timeline
 HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
+JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a rerun (sea.journal)
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
@@ -102,14 +105,18 @@ class _Node:
     size: int = 0
     flushes_pending: int = 0
     flush_failed: bool = False
-    home_copy: Path | None = None  # node files flushed home, swapped in at eviction
-    home_copy_complete: bool = False
+    home_copy: Path | None = None  # node files on their way home, put at its path once all committed
+    home_copy_complete: bool = False  # ... all of them (no rule left any out)
     keep: bool = False
     evicted: bool = False
     tried: set[str] = field(default_factory=set)
     started: float = 0.0
     finished: float = 0.0
     open_ended: bool = False  # more consumers may still be added (see SeaEngine.add_nodes)
+    checkpoint: bool = False  # its directory goes home (sea.checkpoint), or stays there if it ran there
+    in_place: bool = False  # it runs in its directory in the home, which was there before the run
+    home_recorded: bool = False  # the journal says its directory is in the home (a checkpoint)
+    needs: tuple[str, ...] = ()  # other nodes whose directories its results name
     replica: bool = False  # a copy of a directory made on another machine, for consumers here
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
@@ -133,14 +140,18 @@ class SeaEngine:
         home: Path,
         log: logging.Logger | None = None,
         on_event: Callable[[], None] | None = None,
-        relocate: Callable[[Path, Path, Path], None] | None = None,
+        relocate: Callable[[Path, dict[Path, Path]], Iterable[str]] | None = None,
         machine: str | None = None,
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
-        adapter can look again. ``relocate(copy, physical, logical)`` is called once a node's whole
-        directory has been copied home, before the copy replaces the node's path in the home: an
-        engine whose result files record absolute paths (Pydra's ``_result.pklz``) rewrites them
-        in ``copy`` from ``physical`` to ``logical``, so the copy is right the moment it appears.
+        adapter can look again. ``relocate(directory, moves)`` is called once a node's whole
+        directory has been copied home, before the copy replaces the node's path in the home (and
+        on a directory kept where it ran in the home, once its consumers finished): an engine
+        whose result files record absolute paths (Nipype's ``result_*.pklz``, Pydra's
+        ``_result.pklz``) rewrites those under each old directory of ``moves`` (a tier's, where
+        node directories ran) to the new one (the home), so the copy is right the moment it
+        appears; it returns the paths it wrote (the directories of other nodes they name must be
+        in the home too for this one to be reused).
 
         ``machine``: this engine is one of several sharing the home, one per machine (a Dask worker
         with its own tiers); its journal, history and report get the machine's name, and nodes that
@@ -154,8 +165,9 @@ class SeaEngine:
         self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
         self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
         self.estimator = SizeEstimator.load(self._history, config.default_node_size)
+        self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior())
         self.stager = Stager(config.stager_threads)
-        self.journal = Journal(self.home / ".sea" / ("journal.jsonl" if machine is None else f"journal-{machine}.jsonl"))
+        self.journal = Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl")))
         self.report = RunReport()
         self.graph = WorkflowGraph.from_specs([])
         self._nodes: dict[str, _Node] = {}
@@ -163,6 +175,8 @@ class SeaEngine:
         self._created_dirs: set[Path] = set()
         self._known_dirs: set[Path] = set()  # directories of the home known to exist
         self._fresh: set[str] = set()  # nodes with nothing in the home: their path needs no clearing
+        self._home_dirs: set[str] = set()  # nodes with a directory in the home before the run: never removed
+        self.rerun_plan = RerunPlan()
         self._wake = on_event or (lambda: None)
         self._relocate = relocate
         self._lock = self.hierarchy.lock
@@ -183,11 +197,13 @@ class SeaEngine:
             sweep_partial_copies(graph, self.home, self.log)
         with self._lock:
             self.graph = graph
-            self._skip = plan_skips(graph, self.journal, self.home) if plan_resume else set()
-            self._admit(list(graph.nodes), planned=plan_resume)
+            self.rerun_plan = plan_rerun(graph, self.journal, self.home) if plan_resume else RerunPlan()
+            self._skip = self.rerun_plan.skip
+            self._admit(list(graph.nodes))
             self.report.nodes_total = len(graph)
-        if self._skip:
-            self.log.info("[Sea] %d of %d nodes are complete from an earlier run and will be skipped", len(self._skip), len(graph))
+            self.report.rerun_plan = self.rerun_plan.counts() if plan_resume else {}
+        if self._skip or self._home_dirs:
+            self.log.info("[Sea] rerun of %d nodes: %s", len(graph), self.rerun_plan.summary())
 
     def add_nodes(self, specs: list[NodeSpec], open_ended: bool = False) -> None:
         """Nodes the engine created after the run started (Pydra makes a job once its inputs are
@@ -202,7 +218,7 @@ class SeaEngine:
                         raise RuntimeError(f"{spec.key!r} reads {producer!r}, which was evicted already; add consumers before sealing their producers")
             self.graph.add(specs)
             keys = [spec.key for spec in specs]
-            self._admit(keys, planned=False)
+            self._admit(keys)
             for key in keys:
                 self._nodes[key].open_ended = open_ended
                 for producer in self.graph.producers(key):
@@ -216,26 +232,22 @@ class SeaEngine:
                 self._nodes[key].open_ended = False
                 self._maybe_evict(key)
 
-    def _admit(self, keys: list[str], planned: bool = True) -> None:
-        """Track new nodes; clear Sea's own leftovers at their paths; note those known absent.
-        ``planned``: the resume plan covered these nodes, so a directory the journal knows and the
-        plan did not skip is a leftover; otherwise the engine's own cache check decides about it."""
+    def _admit(self, keys: list[str]) -> None:
+        """Track new nodes; remove the links a killed run left at their paths; note those known
+        absent. A directory at a node's path (another plugin's, an earlier run's, a checkpoint) is
+        the engine's cache: it is never removed; the engine's own check decides whether the node
+        runs, and a node that runs again replaces it with its new directory, as the engine would."""
         present = self._entries_in_home(keys)
         for key in keys:
             spec = self.graph.nodes[key]
             self._nodes[key] = _Node(spec=spec, consumers_left=set(self.graph.consumers(key)))
-            logical = self.home / key
             if key in self._skip:
                 continue
-            if planned and self.journal.get(key) is not None:
-                # Sea's own leftovers from an earlier run of a node that must run again
-                if key in present:
-                    self._clear(logical)
-                self.journal.write("forgotten", key)
-            elif present.get(key) == "link":
-                logical.unlink()  # a link into a tier of a run that was killed
+            if present.get(key) == "link":
+                (self.home / key).unlink(missing_ok=True)  # a link into a tier of a run that was killed
             elif key in present:
-                continue  # a directory Sea did not make: the engine's own cache decides
+                self._home_dirs.add(key)
+                continue
             self._fresh.add(key)
 
     def _entries_in_home(self, keys: list[str]) -> dict[str, str]:
@@ -365,13 +377,22 @@ class SeaEngine:
             owner = self._nodes[node.part_of] if node.part_of else None
             producers = self.graph.producers(owner.spec.key if owner else key)
             estimate = self.estimator.estimate(node.spec.kind, sum(self._nodes[p].size for p in producers))
-            tier = self.hierarchy.choose(estimate, exclude=node.tried)
             logical = self.home / key
             if key in self._fresh:
                 self._fresh.discard(key)  # known absent: no need to ask the shared filesystem
+            elif logical.is_symlink():
+                logical.unlink()  # Sea's link, from an earlier placement of the node
+            # A directory in the home before the run stays there: the node runs on a tier and its new
+            # directory replaces the old one when evicted, or, if it reuses parts of its directory
+            # (a MapNode's sub-nodes), in it, as the engine would run it.
+            old_dir = key in self._home_dirs
+            if (old_dir and node.spec.reuses_dir) or (owner is not None and owner.in_place):
+                tier = self.hierarchy.home
+                tier.stats.nodes_placed += 1
             else:
-                self._clear(logical)
-            link = link or owner is not None or tier.is_home
+                tier = self.hierarchy.choose(estimate, exclude=node.tried)
+            node.in_place = tier.is_home and (old_dir or (owner is not None and owner.in_place))
+            link = (link or owner is not None or tier.is_home) and not old_dir
             if link:
                 self._makedirs(logical.parent)
             if owner is not None and tier is owner.placement.tier:
@@ -431,19 +452,14 @@ class SeaEngine:
         self._known_dirs.update(missing)
         self._known_dirs.add(path)
 
-    @staticmethod
-    def _clear(logical: Path) -> None:
-        if logical.is_symlink() or logical.is_file():
-            logical.unlink()
-        elif logical.is_dir():
-            shutil.rmtree(logical)
-
     # ---------------------------------------------------------------- transitions
     def node_skipped(self, key: str) -> None:
         with self._lock:
             node = self._nodes[key]
             node.state, node.evicted = State.SKIPPED, True
             self.report.nodes_cached += 1
+            record = self.journal.get(key)
+            self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=record is not None and record.checkpoint is not None)
             self._release_producers(key)
         self._reader_done(key)
         self._progress(key)
@@ -458,11 +474,15 @@ class SeaEngine:
                 self._drop_placement(node)
             node.state = State.CACHED
             self.report.nodes_cached += 1
+            self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=True)  # it is in the home
             self._release_producers(key)
         self._reader_done(key)
         self._progress(key)
 
-    def node_finished(self, key: str) -> None:
+    def node_finished(self, key: str, reads: Iterable[str] = ()) -> None:
+        """``reads``: paths the node's inputs named; those of files outside the home and the tiers
+        (the workflow's input data) are fingerprinted in the journal, so that a rerun after one of
+        them changed does not reuse what was made from it."""
         with self._lock:
             node = self._whole_node(key)
             if node is None or self._closed:  # closed: stopped while it ran, its directory dropped
@@ -470,6 +490,7 @@ class SeaEngine:
             p = node.placement
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
                 p = node.placement = Placement(key, self.home / key, self.home / key, self.hierarchy.home, 0)
+                node.in_place = key in self._home_dirs
             node.state = State.FINISHED
             node.finished = time.monotonic()
             size, files = disk_usage(p.physical)
@@ -479,14 +500,25 @@ class SeaEngine:
             node.size = size - inside  # parts inside the directory were settled on their own
             self.hierarchy.settle(p.tier, p.reserved, node.size)
             self._sample()
-            self.estimator.learn(node.spec.kind, size, time.monotonic() - node.started if node.started else None)
+            seconds = node.finished - node.started if node.started else None
+            self.estimator.learn(node.spec.kind, size, seconds)
+            node.checkpoint = self.checkpoints.decide(
+                key,
+                seconds or 0.0,
+                files,
+                size,
+                self.graph.producers(key),
+                forced=node.in_place or key in self._home_dirs or node.spec.persist_dir,
+                consumed=bool(node.consumers_left) or node.open_ended,
+            )
             self.report.nodes_run += 1
             self.report.without_sea_bytes_home += size + sum(n.size for n in self._separate_parts(node))
             self.report.without_sea_files_home += files
             if p.tier.is_home:
                 self.report.files_created_home += files
                 self.report.bytes_written_home += size
-            self.journal.write("done", key, chain=self.graph.chain(key))
+            fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self._fingerprint(path)) is not None}
+            self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
             self._schedule_flushes(node)
             self._release_producers(key)
             self._maybe_evict(key)
@@ -604,6 +636,16 @@ class SeaEngine:
         May wait for a copy under way; call it without holding the engine's lock."""
         return self.prefetcher.copies_for(key) if self.prefetcher is not None else {}
 
+    def _fingerprint(self, path: str) -> tuple[int, int] | None:
+        """(size, mtime_ns) of a file outside the home and the tiers, else ``None``."""
+        if not self._is_shared_input(Path(path)):
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
     def _is_shared_input(self, path: Path) -> bool:
         """A file outside the home on none of the tiers' filesystems. By filesystem, not by path:
         a shared filesystem may be mounted below a tier's directory (a local disk tier at /var/tmp,
@@ -648,7 +690,7 @@ class SeaEngine:
             self._submit(node, FlushBatch(key, files, self._sink_committed))
         if p.tier.is_home:
             return
-        default = Mode.COPY if (self.config.keep_intermediates or node.spec.persist_dir) else Mode.REMOVE
+        default = Mode.COPY if node.checkpoint else Mode.REMOVE
         files, all_files = [], 0
         copy_dir = p.logical.parent / f".{p.logical.name}{TMP_MARK}dir"
         for src, rel in self._node_files(node):
@@ -660,7 +702,8 @@ class SeaEngine:
         if files:
             node.home_copy = copy_dir
             node.home_copy_complete = len(files) == all_files
-            self._submit(node, FlushBatch(key, files, self._dir_committed))
+            # a directory the workflow delivers goes with the declared outputs; a checkpoint after them
+            self._submit(node, FlushBatch(key, files, self._dir_committed), DECLARED if node.spec.persist_dir else CHECKPOINT)
 
     def _node_files(self, node: _Node):
         """(file, path relative to the node directory) for the node and its separate parts."""
@@ -675,9 +718,9 @@ class SeaEngine:
             for src in _walk_files(part.placement.physical):
                 yield src, prefix / src.relative_to(part.placement.physical)
 
-    def _submit(self, node: _Node, batch: FlushBatch) -> None:
+    def _submit(self, node: _Node, batch: FlushBatch, priority: int = DECLARED) -> None:
         node.flushes_pending += 1
-        self.stager.submit(batch)
+        self.stager.submit(batch, priority)
 
     def _settle_batch(self, batch: FlushBatch) -> _Node:
         node = self._nodes[batch.key]
@@ -687,6 +730,8 @@ class SeaEngine:
         self.report.bytes_written_home += batch.bytes
         self.report.files_created_home += len(batch.committed)
         self.report.flush_retries += batch.retries
+        for nbytes, seconds in batch.timings:
+            self.checkpoints.cost.observe(nbytes, seconds)
         if batch.errors:
             node.flush_failed = True
             self.report.flush_errors.extend(batch.errors)
@@ -712,17 +757,49 @@ class SeaEngine:
             batch.errors.append(f"{gone[0]}: removed from the home while {node.home_copy} was being committed")
         if self._relocate is not None and not batch.errors and node.home_copy_complete:
             try:
-                self._relocate(node.home_copy, node.placement.physical, node.placement.logical)
+                node.needs = self._needs(node.spec.key, self._relocate(node.home_copy, self._moves(node)))
             except Exception as error:  # the copy would not be right: keep the tier's, report it
                 batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
         if batch.errors and node.home_copy is not None:
             # the directory goes home whole or not at all: drop the copy, the tier's is kept
             shutil.rmtree(node.home_copy, ignore_errors=True)
             batch.committed = []  # none of it reached its final path
+        elif node.home_copy is not None:
+            # at its path at once, while its consumers still read the tier's (a run killed now
+            # resumes from it); nothing evicts the node before the batch is settled below
+            p = node.placement
+            if p.logical.is_symlink():
+                p.logical.unlink()  # the link Sea made
+            _swap_in(node.home_copy, p.logical)
+            node.home_copy = None
+            if node.home_copy_complete:
+                self._journal_checkpoint(node)
         with self._lock:
             self._settle_batch(batch)
+            if node.checkpoint and node.home_recorded and not node.spec.persist_dir:
+                self.report.checkpoints += 1
+                self.report.checkpoint_bytes += batch.bytes
+                self.report.checkpoint_files += len(batch.committed)
             self._maybe_evict(batch.key)
         self._wake()
+
+    def _moves(self, node: _Node) -> dict[Path, Path]:
+        """Where node directories ran -> where they are in the home (for :meth:`_relocate`)."""
+        moves = {tier.workdir: self.home for tier in self.hierarchy.fast_tiers}
+        moves[self.home / ".sea" / "parts"] = self.home
+        if node.placement.staging_root is not None:  # a sink's outputs, at their destinations
+            moves[node.placement.staging_root] = Path("/")
+        return moves
+
+    def _needs(self, key: str, named: Iterable[str]) -> tuple[str, ...]:
+        """The other nodes whose directories the paths a node's results name are in."""
+        needs = set()
+        for path in map(Path, named):
+            if path.is_relative_to(self.home):
+                owner = self.graph.owner(str(path.relative_to(self.home)))
+                if owner is not None and owner != key:
+                    needs.add(owner)
+        return tuple(sorted(needs))
 
     # ---------------------------------------------------------------- eviction
     def _maybe_evict(self, key: str) -> None:
@@ -746,7 +823,9 @@ class SeaEngine:
             self.hierarchy.release(p.tier, used=node.size)
             node.evicted = True
             return
-        if p.tier.is_home and (node.spec.persist_dir or self.config.keep_intermediates):
+        if p.tier.is_home and node.checkpoint:  # it ran in the home, and stays
+            if not node.home_recorded:
+                self._record_home_dir(node)
             return
         for part in self._separate_parts(node):
             shutil.rmtree(part.placement.physical, ignore_errors=True)
@@ -758,17 +837,40 @@ class SeaEngine:
         if p.tier.is_home:
             self._evict_home_dir(node)
         else:
-            p.logical.unlink(missing_ok=True)  # the link Sea made
-            if node.home_copy is not None:
-                os.rename(node.home_copy, p.logical)
+            if p.logical.is_symlink():
+                p.logical.unlink()  # the link Sea made
             shutil.rmtree(p.physical, ignore_errors=True)
             if p.staging_root is not None:
                 shutil.rmtree(p.staging_root, ignore_errors=True)
             self.hierarchy.release(p.tier, used=node.size)
         node.evicted = True
         self._sample()
-        if node.home_copy is None or not node.home_copy_complete:
+        if not node.home_recorded:
             self.journal.write("evicted", key)
+
+    def _record_home_dir(self, node: _Node) -> None:
+        """A node that ran in the home keeps its directory there: once its consumers finished, the
+        paths its results give into tiers (its producers') are rewritten for the home, and the
+        journal records the directory as a checkpoint."""
+        node.home_recorded = True  # tried once
+        if self._relocate is not None:
+            try:
+                node.needs = self._needs(node.spec.key, self._relocate(node.placement.physical, self._moves(node)))
+            except Exception as error:  # noqa: BLE001 - then the journal does not vouch for it
+                self.log.warning("[Sea] %s stays in the home, but its results could not be rewritten (%s)", node.spec.key, error)
+                return
+        self._journal_checkpoint(node)
+
+    def _journal_checkpoint(self, node: _Node) -> None:
+        record = self.journal.get(node.spec.key)
+        if record is None or not record.done:  # a failed node's directory, brought home to inspect
+            return
+        try:
+            mtime_ns = checkpoint_identity(node.placement.logical)
+        except OSError:
+            return
+        node.home_recorded = True
+        self.journal.write("checkpointed", node.spec.key, mtime_ns=mtime_ns, needs=list(node.needs))
 
     def _evict_home_dir(self, node: _Node) -> None:
         """A node that spilled to the home is an intermediate there too: remove it like Nipype's
@@ -861,7 +963,13 @@ class SeaEngine:
         ]
         self.report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
         self.report.files_created_home += 3  # the journal, the history and the report
+        self.report.checkpoint_mode = self.checkpoints.mode.value
+        self.report.checkpoint_seconds = self.checkpoints.saved_seconds
+        worst, self.report.rerun_worst_seconds = self.checkpoints.worst_rerun()
+        self.report.rerun_worst_node = worst or ""
         self.journal.close()
+        if self.checkpoints.cost.measured:
+            self.estimator.copy_home = self.checkpoints.cost.to_dict()
         self.estimator.save(self._history)
         self.report.to_json(self._report_path)
         if not kept:
@@ -885,12 +993,36 @@ class SeaEngine:
         self.journal.close()
         self.hierarchy.close()
 
+    def _copy_cost_prior(self) -> CopyCost:
+        """What copying home cost in the last run here, else what ``sea probe`` measured of the home
+        (or a directory above it), else :mod:`sea.checkpoint`'s defaults."""
+        if self.estimator.copy_home:
+            return CopyCost.from_dict(self.estimator.copy_home)
+        for directory in [self.home, *self.home.parents]:
+            bandwidth = remembered(directory)
+            if bandwidth is not None:
+                return CopyCost(per_byte=1 / max(bandwidth.write, 1.0))
+        return CopyCost()
+
     def _prune_created_dirs(self) -> None:
         for path in sorted(self._created_dirs, key=lambda p: len(p.parts), reverse=True):
             try:
                 path.rmdir()
             except OSError:
                 pass
+
+
+def _swap_in(copy: Path, logical: Path) -> None:
+    """Put a node directory's complete copy at its path in the home, in place of the directory an
+    earlier run left there (which the engine would have emptied to run the node again there)."""
+    old = None
+    if os.path.lexists(logical):
+        old = logical.parent / f".{logical.name}{TMP_MARK}old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(logical, old)
+    os.rename(copy, logical)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

@@ -26,6 +26,7 @@ class SizeEstimator:
     default: int
     learned: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # the last run time seen per kind
+    copy_home: dict[str, float] = field(default_factory=dict)  # what a copy home cost (sea.checkpoint.CopyCost)
 
     def estimate(self, kind: str, input_bytes: int | None = None) -> int:
         if kind in self.learned:
@@ -44,14 +45,15 @@ class SizeEstimator:
     def load(cls, path: Path, default: int) -> SizeEstimator:
         try:
             data = json.loads(Path(path).read_text())
-            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()})
+            copy_home = {k: float(v) for k, v in data.get("copy_home", {}).items()}
+            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()}, copy_home)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls(default)  # no history yet, or one we cannot read: start from the defaults
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds}, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds, "copy_home": self.copy_home}, indent=1, sort_keys=True))
         os.replace(tmp, path)
 
 

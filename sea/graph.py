@@ -31,6 +31,7 @@ class NodeSpec:
     upstream: tuple[tuple[str, str], ...] = ()  # (producer key, edge label)
     sink_destination: Path | None = None
     persist_dir: bool = False  # flush the whole directory home (a sink that writes into its own dir)
+    reuses_dir: bool = False  # a rerun reuses parts of its directory (a MapNode's sub-nodes): it reruns in it
 
 
 @dataclass

@@ -28,6 +28,13 @@ class NodeRecord:
     evicted: bool = False
     flushed: bool = False  # its declared outputs are all committed home
     committed: dict[str, tuple[int, int]] = field(default_factory=dict)  # dst -> (size, mtime_ns)
+    # its whole directory is in the home, put there by Sea: the directory's st_mtime_ns then (a run
+    # that changes it since, another plugin rerunning the node there, changes it; a copy made with
+    # its timestamps, a backup restored, keeps it), and the nodes whose directories its results
+    # name (they must be in the home too for it to be usable)
+    checkpoint: int | None = None
+    needs: tuple[str, ...] = ()
+    reads: dict[str, tuple[int, int]] = field(default_factory=dict)  # input data it read: path -> (size, mtime_ns)
 
 
 class Journal:
@@ -84,11 +91,14 @@ class Journal:
             self.records[key] = NodeRecord(chain=entry["chain"])
         elif event == "done":
             rec.chain, rec.done = entry["chain"], True
+            rec.reads = {path: (int(size), int(mtime)) for path, (size, mtime) in entry.get("reads", {}).items()}
         elif event == "committed":
             rec.flushed = True
             rec.committed.update({dst: (size, mtime) for dst, size, mtime in entry["files"]})
         elif event == "evicted":
             rec.evicted = True
+        elif event == "checkpointed":
+            rec.checkpoint, rec.needs = int(entry["mtime_ns"]), tuple(entry.get("needs", ()))
         elif event == "forgotten":
             del self.records[key]
 
@@ -126,9 +136,11 @@ class Journal:
 def _entries(key: str, rec: NodeRecord) -> list[dict]:
     entries = [{"event": "started", "key": key, "chain": rec.chain}]
     if rec.done:
-        entries.append({"event": "done", "key": key, "chain": rec.chain})
+        entries.append({"event": "done", "key": key, "chain": rec.chain, **({"reads": {p: list(f) for p, f in rec.reads.items()}} if rec.reads else {})})
     if rec.flushed:
         entries.append({"event": "committed", "key": key, "files": [[d, s, m] for d, (s, m) in sorted(rec.committed.items())]})
     if rec.evicted:
         entries.append({"event": "evicted", "key": key})
+    if rec.checkpoint is not None:
+        entries.append({"event": "checkpointed", "key": key, "mtime_ns": rec.checkpoint, "needs": list(rec.needs)})
     return entries

@@ -36,8 +36,8 @@ class NodeStorage(WorkerPlugin):
 
     idempotent = False  # a new run replaces the previous run's plugin (teardown, then setup)
 
-    def __init__(self, sea: Any, home: Path, specs: list[NodeSpec], relocate: Callable[[Path, Path, Path], None] | None = None):
-        """``relocate(directory, old, new)``: rewrite the paths a node directory's result files
+    def __init__(self, sea: Any, home: Path, specs: list[NodeSpec], relocate: Callable[[Path, dict[Path, Path]], object] | None = None):
+        """``relocate(directory, {old: new})``: rewrite the paths a node directory's result files
         record, once a copy made at ``old`` is unpacked at ``new`` (an engine whose results name
         absolute paths)."""
         self.sea, self.home, self.specs, self.relocate = sea, Path(home), specs, relocate
@@ -67,7 +67,7 @@ class NodeStorage(WorkerPlugin):
         with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
             tar.extractall(target, filter="tar")
         if self.relocate is not None:
-            self.relocate(target, Path(source), target)
+            self.relocate(target, {Path(source): target})
 
     def close(self, success: bool, interrupted: bool = False) -> dict:
         """End the run here: wait for the flushes, evict, report. Never raises: a flush error is

@@ -42,16 +42,30 @@ def probe(directory: Path, nbytes: int = 64 * 2**20) -> Bandwidth:
     return Bandwidth(read=size / max(read, 1e-9), write=size / max(write, 1e-9))
 
 
-def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20) -> Bandwidth:
-    """:func:`probe`, remembered per host and directory."""
-    host, key = socket.gethostname(), str(Path(directory).resolve())
+def remembered(directory: Path) -> Bandwidth | None:
+    """What ``sea probe`` measured of ``directory`` on this host, if it did; measures nothing."""
+    entry = _read_cache().get(socket.gethostname(), {}).get(str(Path(directory).resolve()))
+    try:
+        return Bandwidth(read=float(entry["read"]), write=float(entry["write"]))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+
+
+def _read_cache() -> dict:
     try:
         cache = json.loads(CACHE.read_text())
     except (OSError, ValueError):
-        cache = {}
-    entry = cache.get(host, {}).get(key)
-    if entry and not fresh:
-        return Bandwidth(read=entry["read"], write=entry["write"])
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20) -> Bandwidth:
+    """:func:`probe`, remembered per host and directory."""
+    host, key = socket.gethostname(), str(Path(directory).resolve())
+    known = None if fresh else remembered(directory)
+    if known is not None:
+        return known
+    cache = _read_cache()
     measured = probe(Path(directory), nbytes)
     cache.setdefault(host, {})[key] = {"read": measured.read, "write": measured.write, "at": time.time()}
     CACHE.parent.mkdir(parents=True, exist_ok=True)

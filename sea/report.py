@@ -79,6 +79,14 @@ class RunReport:
     prefetch_bytes: int = 0
     prefetch_hits: int = 0  # inputs a node read from a prefetched copy
     prefetch_misses: int = 0  # ... from the shared filesystem, the copy not ready (or no room for it)
+    checkpoint_mode: str = ""  # the checkpoints setting: auto, none or all
+    checkpoints: int = 0  # node directories copied home for reruns (sea.checkpoint)
+    checkpoint_bytes: int = 0
+    checkpoint_files: int = 0
+    checkpoint_seconds: float = 0.0  # recomputation the directories kept in the home spare a rerun that needs them
+    rerun_worst_seconds: float = 0.0  # the most a rerun would recompute (evicted producers) to feed one node ...
+    rerun_worst_node: str = ""  # ... that one
+    rerun_plan: dict = field(default_factory=dict)  # what Sea's journal said of each node at the start (sea.resume)
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +134,16 @@ class RunReport:
                 f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
                 f"read from the copy {self.prefetch_hits} times, from the shared filesystem {self.prefetch_misses}"
             )
+        if self.checkpoint_mode:
+            lines.append(
+                f"  checkpoints ({self.checkpoint_mode}): {self.checkpoints} node directories copied home "
+                f"({format_size(self.checkpoint_bytes)}, {self.checkpoint_files} files), sparing a rerun "
+                f"{self.checkpoint_seconds:.1f} s of recomputation; a rerun would recompute at most "
+                f"{self.rerun_worst_seconds:.1f} s of evicted producers to feed one node"
+                + (f" ({self.rerun_worst_node})" if self.rerun_worst_node else "")
+            )
+        if any(v for k, v in self.rerun_plan.items() if k != "changed"):
+            lines.append("  rerun: " + ", ".join(f"{v} {k}" for k, v in self.rerun_plan.items()))
         if self.nodes_recomputed:
             lines.append(f"  {self.nodes_recomputed} finished node(s) ran again: a worker holding their data was lost")
         if self.workers:
@@ -139,7 +157,8 @@ class RunReport:
 
 _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
-           "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses")  # fmt: skip
+           "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
+           "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds")  # fmt: skip
 
 
 def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:
@@ -171,6 +190,9 @@ def merge_reports(reports: list[RunReport], rows) -> RunReport:
         merged.live_peak_bytes = max(merged.live_peak_bytes, report.live_peak_bytes)
         merged.makespan_seconds = max(merged.makespan_seconds, report.makespan_seconds)
         merged.flush_errors += report.flush_errors
+        merged.checkpoint_mode = merged.checkpoint_mode or report.checkpoint_mode
+        if report.rerun_worst_seconds > merged.rerun_worst_seconds:
+            merged.rerun_worst_seconds, merged.rerun_worst_node = report.rerun_worst_seconds, report.rerun_worst_node
         merged.tiers += [t for t in report.tiers if not t.name.startswith("home:")]
     merged.tiers += [t for t in reports[0].tiers if t.name.startswith("home:")][:1] if reports else []
     merged.workers = [WorkerReport(r.worker, r.nodes_run, r.with_inputs_held, r.local_hits, r.bytes_received) for r in sorted(rows, key=lambda r: r.worker)]

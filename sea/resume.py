@@ -1,48 +1,132 @@
-"""Which nodes a rerun may skip.
+"""Which nodes a rerun may skip, and why the others run.
 
 Nipype and Pydra decide "cached" by re-hashing a node's inputs, which needs its input files; Sea
 evicts intermediates, so that check cannot work for a node whose producer was evicted. The journal
 records each finished node's chain hash (its own inputs and code, chained with everything
-upstream). A node is skipped when the journal says it finished with the same chain hash, its
-committed outputs are still at home, and every consumer is skipped too: a consumer that must run
-needs its producer's data, which may be gone, so the producer runs again.
+upstream) and the size and time of the input data files it read (the files a grabber named, which
+no hash upstream covers). A node is *reusable* when the journal says it finished with the same chain
+hash, its committed outputs are still at home, the data it read has not changed, and each of its
+producers is reusable. It is *in the home* when its whole directory is there as Sea put it (a
+checkpoint: same directory, and every directory its results name in the home too).
+
+A reusable node is skipped when it is in the home (a consumer that runs reads it there) or when every
+consumer is skipped (nobody needs its data); otherwise it runs again, and the plan says why. A node
+the journal does not know that has a directory in the home (another plugin's, an older run's) is
+left to the engine's own cache check, as under MultiProc or cf.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .graph import WorkflowGraph
 from .journal import Journal, NodeRecord
 
-
-def plan_skips(graph: WorkflowGraph, journal: Journal, home: Path) -> set[str]:
-    """The keys of nodes whose work is complete and that no running node will need."""
-    skip: set[str] = set()
-    for key in reversed(graph.topological()):
-        record = journal.get(key)
-        if record is None or not _complete(record, graph, key, home / key):
-            continue
-        if all(consumer in skip for consumer in graph.consumers(key)):
-            skip.add(key)
-    return skip
+REUSED = "reused"  # Sea's journal: done with the same inputs, skipped
+CHANGED = "changed"  # never finished, or its inputs or code changed since
+EVICTED = "evicted"  # done, but its directory was evicted and a node that runs needs it
+CACHE_CHECK = "cache check"  # a directory in the home Sea did not record: the engine's own check decides
 
 
-def _complete(record: NodeRecord, graph: WorkflowGraph, key: str, logical: Path) -> bool:
-    spec = graph.nodes[key]
-    if not record.done or record.chain != graph.chain(key):
+@dataclass
+class RerunPlan:
+    """What a rerun will do with each node: ``skip`` (Sea's journal found it done) and, for every
+    node, one of :data:`REUSED`, :data:`CHANGED`, :data:`EVICTED`, :data:`CACHE_CHECK`, with the
+    consumer that needs an evicted node."""
+
+    skip: set[str] = field(default_factory=set)
+    status: dict[str, str] = field(default_factory=dict)
+    needed_by: dict[str, str] = field(default_factory=dict)  # evicted key -> a consumer that runs
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in (REUSED, CHANGED, EVICTED, CACHE_CHECK)}
+        for status in self.status.values():
+            out[status] += 1
+        return out
+
+    def summary(self) -> str:
+        c = self.counts()
+        return (
+            f"{c[REUSED]} reused from the journal, {c[CHANGED]} new or changed, {c[EVICTED]} evicted and needed "
+            f"by a node that runs, {c[CACHE_CHECK]} left to the engine's cache check (directories Sea did not record)"
+        )
+
+    def why(self, key: str) -> str:
+        status = self.status.get(key, CHANGED)
+        if status == EVICTED:
+            return f"evicted, needed by {self.needed_by[key]}"
+        if status == CACHE_CHECK:
+            return "its directory is in the home: the engine's own cache check decides"
+        return status
+
+
+def plan_rerun(graph: WorkflowGraph, journal: Journal | Mapping[str, NodeRecord], home: Path) -> RerunPlan:
+    """The plan for ``graph`` rerun in ``home`` given its ``journal`` (or the records read from it)."""
+    plan = RerunPlan()
+    order = graph.topological()
+    reusable: dict[str, bool] = {}
+    in_home: dict[str, bool] = {}
+    for key in order:  # producers first: a node made from a changed one changed too
+        reusable[key] = all(reusable[p] for p in graph.producers(key)) and _reusable(journal.get(key), graph, key)
+        # a checkpoint needs the directories its results name in the home too
+        in_home[key] = reusable[key] and _checkpoint_in_home(journal.get(key), home / key, in_home, home)
+    for key in reversed(order):
+        runs = [c for c in graph.consumers(key) if c not in plan.skip]
+        persist = graph.nodes[key].persist_dir
+        if reusable[key] and (in_home[key] or (not runs and not persist)):
+            plan.skip.add(key)
+            plan.status[key] = REUSED
+        elif reusable[key]:
+            plan.status[key] = EVICTED
+            plan.needed_by[key] = runs[0] if runs else key
+        elif journal.get(key) is None and _real_dir(home / key):
+            plan.status[key] = CACHE_CHECK
+        else:
+            plan.status[key] = CHANGED
+    return plan
+
+
+def _reusable(record: NodeRecord | None, graph: WorkflowGraph, key: str) -> bool:
+    if record is None or not record.done or record.chain != graph.chain(key):
         return False
-    if spec.sink_destination is not None and not record.flushed:
+    if graph.nodes[key].sink_destination is not None and not record.flushed:
         return False
-    for dst, (size, mtime_ns) in record.committed.items():
+    # what it wrote home is still there, and the input data it read is still what it was
+    return _unchanged(record.committed, os.lstat) and _unchanged(record.reads, os.stat)
+
+
+def _unchanged(fingerprints: dict[str, tuple[int, int]], stat) -> bool:
+    for path, (size, mtime_ns) in fingerprints.items():
         try:
-            st = os.lstat(dst)
-        except FileNotFoundError:
+            st = stat(path)
+        except OSError:
             return False
         if st.st_size != size or st.st_mtime_ns != mtime_ns:
             return False
-    if record.evicted or (not graph.consumers(key) and not spec.persist_dir):
-        return True  # its directory is gone, or nobody will read it
-    # its directory must be a real one at home (a link into an old tier is stale)
-    return logical.is_dir() and not logical.is_symlink()
+    return True
+
+
+def _checkpoint_in_home(record: NodeRecord, logical: Path, in_home: dict[str, bool], home: Path) -> bool:
+    """Sea's copy of the node's directory is at its path, unchanged since (not rewritten by another
+    run), and the directories its results name are in the home too."""
+    if record.checkpoint is None:
+        return False
+    try:
+        st = os.lstat(logical)
+    except OSError:
+        return False
+    if st.st_mtime_ns != record.checkpoint:
+        return False
+    return all(in_home.get(needed, False) or _real_dir(home / needed) for needed in record.needs)
+
+
+def checkpoint_identity(directory: Path) -> int:
+    """What the journal records of a directory Sea put in the home (see :func:`_checkpoint_in_home`)."""
+    return os.lstat(directory).st_mtime_ns
+
+
+def _real_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()

@@ -6,25 +6,30 @@ name and the directory fsync'ed: a partial file is never visible at its final pa
 either sees nothing or the whole file. Transient errors (and a destination directory removed under
 the copy) are retried with backoff; a persistent one is reported with the file's name and the
 source is kept, so nothing is lost.
+
+Copies are taken in order of priority: declared outputs (what the run must deliver) before
+checkpoints (node directories a rerun may reuse), so a checkpoint never holds up an output.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
+import queue
 import secrets
 import shutil
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger("sea")
 
 TMP_MARK = ".sea-tmp-"
+DECLARED, CHECKPOINT = 0, 1  # priorities: lower goes first
 TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR, errno.ESTALE}  # ESTALE: NFS
 
 
@@ -93,6 +98,7 @@ class FlushBatch:
     committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns)
     errors: list[str] = field(default_factory=list)
     retries: int = 0  # attempts that failed and were tried again
+    timings: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds) of each file copied
     _left: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -102,10 +108,14 @@ class FlushBatch:
 
 
 class Stager:
-    """A thread pool that commits :class:`FlushBatch` es and tells the engine when each is done."""
+    """Threads that commit :class:`FlushBatch` es, by priority then in order, and tell the engine
+    when each is done."""
 
     def __init__(self, threads: int, retries: int = 3, backoff: float = 0.2):
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="sea-stager")
+        self._threads_wanted = threads
+        self._threads: list[threading.Thread] = []  # started with the first copy
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()
         self._retries = retries
         self._backoff = backoff
         self._idle = threading.Condition()
@@ -115,24 +125,38 @@ class Stager:
     def queue_length(self) -> int:
         return self._in_flight
 
-    def submit(self, batch: FlushBatch) -> None:
+    def submit(self, batch: FlushBatch, priority: int = DECLARED) -> None:
         if not batch.files:
             batch.on_done(batch)
             return
         batch._left = len(batch.files)
         with self._idle:
             self._in_flight += len(batch.files)
+            while len(self._threads) < self._threads_wanted:
+                thread = threading.Thread(target=self._work, name=f"sea-stager_{len(self._threads)}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
         for src, dst in batch.files:
-            self._pool.submit(self._copy_one, batch, src, dst)
+            self._queue.put((priority, next(self._order), batch, src, dst))
+
+    def _work(self) -> None:
+        while True:
+            _, _, batch, src, dst = self._queue.get()
+            if batch is None:
+                return
+            self._copy_one(batch, src, dst)
 
     def _copy_one(self, batch: FlushBatch, src: Path, dst: Path) -> None:
         try:
             for attempt in range(self._retries + 1):
                 try:
+                    start = time.perf_counter()
                     size = atomic_copy(src, dst)
+                    seconds = time.perf_counter() - start
                     st = dst.lstat()
                     with batch._lock:
                         batch.committed.append((dst, size, st.st_mtime_ns))
+                        batch.timings.append((size, seconds))
                     break
                 except OSError as exc:
                     if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
@@ -169,4 +193,8 @@ class Stager:
 
     def close(self) -> None:
         self.drain()
-        self._pool.shutdown(wait=True)
+        for _ in self._threads:
+            self._queue.put((float("inf"), next(self._order), None, None, None))
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()

@@ -32,13 +32,17 @@ class Pipeline:
         return root / ("pydra-cache" if self.adapter == "pydra" else "work")
 
     def final_files(self, root: Path) -> dict[str, bytes]:
-        """Declared outputs at their final paths: Nipype's DataSink tree; Pydra's cache (the output
-        jobs' files and the workflow's links to them; job directory names are content hashes)."""
+        """Declared outputs at their final paths: Nipype's DataSink tree; in Pydra's cache, the
+        workflow's outputs (its directory's links, and the output jobs' files they link to; job
+        directory names are content hashes), not the intermediate jobs kept as checkpoints."""
         base = root / "out" if self.adapter == "nipype" else self.home(root)
         files = {}
         for path in base.rglob("*.nii") if base.exists() else []:
-            if TMP_MARK not in str(path) and path.is_file():
-                files[str(path.relative_to(base))] = path.read_bytes()
+            if TMP_MARK in str(path) or not path.is_file():
+                continue
+            if self.adapter == "pydra" and not path.parent.name.startswith("workflow-") and path.stat().st_nlink < 2:
+                continue
+            files[str(path.relative_to(base))] = path.read_bytes()
         return files
 
     def journal_events(self, root: Path) -> dict[str, int]:

@@ -105,3 +105,39 @@ def HalfBroken(in_file: File) -> tuple[File, File]:
     scale = workflow.add(Scale(in_file=in_file, factor=3.0), name="scale")
     boom = workflow.add(Explode(in_file=in_file), name="boom")
     return scale.out, boom.out
+
+
+@python.define(outputs=["out"])
+def Prep(in_file: File, seconds: float) -> File:
+    """The expensive step of the rerun study: it takes ``seconds`` (a stand-in for a registration)."""
+    import time
+
+    time.sleep(seconds)
+    img = nib.load(in_file)
+    out = os.path.abspath("prep.nii")
+    nib.save(nib.Nifti1Image(np.asarray(img.dataobj) * np.float32(2) + np.float32(1), img.affine), out)
+    return File(out)
+
+
+@python.define(outputs=["out"])
+def Threshold(in_file: File, threshold: float) -> File:
+    """The last step of the rerun study, with a parameter to change."""
+    data = np.asarray(nib.load(in_file).dataobj)
+    out = os.path.abspath("above.nii")
+    nib.save(nib.Nifti1Image((data > threshold).astype(np.float32), np.eye(4)), out)
+    return File(out)
+
+
+@workflow.define(outputs=["out"])
+def RerunSubject(in_file: File, threshold: float, seconds: float) -> File:
+    prep = workflow.add(Prep(in_file=in_file, seconds=seconds), name="prep")
+    smooth = workflow.add(Smooth(in_file=prep.out), name="smooth")
+    last = workflow.add(Threshold(in_file=smooth.out, threshold=threshold), name="threshold")
+    return last.out
+
+
+@workflow.define(outputs=["outs"])
+def RerunStudy(in_files: list[File], threshold: float = 0.5, seconds: float = 0.8) -> list[File]:
+    """Per subject (a nested workflow, split and combined): an expensive step, a cheap one, a last step."""
+    subject = workflow.add(RerunSubject(threshold=threshold, seconds=seconds).split(in_file=in_files).combine("in_file"), name="subject")
+    return subject.out

@@ -29,7 +29,7 @@ def test_benchmark_smoke_runs_every_configuration_on_both_filesystems(tmp_path):
     for section in ("busy shared filesystem, incrementation", "busy shared filesystem, filtering",
                     "unloaded shared filesystem, incrementation", "unloaded shared filesystem, filtering"):  # fmt: skip
         assert f"## {section}" in text
-    for key in ("A2 ", "A ", "B ", "C ", "C' ", "CP ", "T ", "S ", "P ", "PS ", "PSP ", "L limit"):
+    for key in ("A2 ", "A ", "B ", "C ", "CN ", "C' ", "CP ", "T ", "S ", "P ", "PS ", "PSP ", "L limit"):
         assert f"| {key}" in text, f"no row {key!r}:\n{text}"
     assert "all identical" in text
     assert "| C within 1.15x of the limit L |" in text and "| C costs at most 3% over the tuned A |" in text

@@ -25,6 +25,7 @@ import yaml
 from slurm_cluster import single_host_slurm
 
 from sea.cli import main as sea_cli
+from sea.journal import Journal
 from sea.report import RunReport, WorkerReport
 from sea.sizes import parse_size
 
@@ -433,23 +434,31 @@ def test_report_listing_is_what_the_report_prints():
 
 def test_how_it_works_diagram_is_the_home_after_a_run(tmp_path, shm_dir):
     """how-it-works.md's diagram, for a workflow with a subject iterable, a MapNode and a DataSink
-    run with SeaMultiProc: every node ran on the fast tier, the home keeps no node directory, the
-    sink's outputs are home, and so are the Sea files the diagram names; the tier is empty again."""
+    run with SeaMultiProc: every node ran on the fast tier, the home keeps no node directory but the
+    checkpoints the journal records (with checkpoints: none, none at all), the sink's outputs are
+    home, and so are the Sea files the diagram names; the tier is empty again."""
     from nipype_workflows import build_full, make_subjects, run
 
     diagram = one_block("test_how_it_works_diagram_is_the_home_after_a_run", "text").text
-    run(
-        build_full(tmp_path / "data", make_subjects(tmp_path / "data", 1, 0.5), tmp_path / "work", tmp_path / "out"),
-        "SeaMultiProc",
-        sea={"tiers": [{"path": str(shm_dir)}]},
-    )
-    report = RunReport.from_json(tmp_path / "work" / "sea-report.json")
-    assert report.success and report.tiers[0].nodes_placed >= report.nodes_run > 0, report.to_text()
-    named = re.findall(r"(?<![\w/])(\.sea/[\w.]+|sea-report\.json)", diagram)
-    assert len(named) == 3 and all((tmp_path / "work" / name).is_file() for name in named), (named, sorted((tmp_path / "work").rglob("*")))
-    assert "out/func/sub-01/" in diagram and any((tmp_path / "out" / "func" / "sub-01").iterdir())
-    assert not list((tmp_path / "work").rglob("_subject_*")), "a node directory in the home"
-    assert list(shm_dir.iterdir()) == []
+    for checkpoints in ("auto", "none"):
+        run(
+            build_full(tmp_path / "data", make_subjects(tmp_path / "data", 1, 0.5), tmp_path / checkpoints, tmp_path / "out"),
+            "SeaMultiProc",
+            sea={"tiers": [{"path": str(shm_dir)}], "checkpoints": checkpoints},
+        )
+        home = tmp_path / checkpoints
+        report = RunReport.from_json(home / "sea-report.json")
+        assert report.success and report.tiers[0].nodes_placed >= report.nodes_run > 0, report.to_text()
+        named = re.findall(r"(?<![\w/])(\.sea/[\w.]+|sea-report\.json)", diagram)
+        assert len(named) == 3 and all((home / name).is_file() for name in named), (named, sorted(home.rglob("*")))
+        assert "out/func/sub-01/" in diagram and any((tmp_path / "out" / "func" / "sub-01").iterdir())
+        journal = Journal.read(home / ".sea" / "journal.jsonl")
+        in_home = {str(p.relative_to(home)) for p in home.glob("study/**/*") if p.is_dir() and (p / "_report").is_dir() and "mapflow" not in p.parts}
+        kept = {key for key, record in journal.items() if record.checkpoint is not None}
+        assert in_home == kept, "a node directory in the home that is not a checkpoint"
+        assert not [p for p in home.rglob("*") if p.is_symlink()], "a link left in the home"
+        assert len(kept) == report.checkpoints and (checkpoints == "auto" or not kept)
+        assert list(shm_dir.iterdir()) == []
 
 
 def test_the_documentation_builds_without_a_warning(tmp_path):

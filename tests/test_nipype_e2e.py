@@ -53,7 +53,8 @@ def assert_no_temporaries(*roots: Path) -> None:
 def test_outputs_identical_spill_and_clean_tiers(dataset, disk_dir, small_tmpfs, shm_dir, reference):
     data, subjects = dataset
     home, out = disk_dir / "work", disk_dir / "out"
-    sea = {"tiers": [{"path": str(small_tmpfs)}, {"path": str(shm_dir)}], "default_node_size": "1MiB"}
+    # without checkpoints: only declared outputs come home (with them, tests/test_reruns.py)
+    sea = {"tiers": [{"path": str(small_tmpfs)}, {"path": str(shm_dir)}], "default_node_size": "1MiB", "checkpoints": "none"}
     run(build_full(data, subjects, home, out), "SeaMultiProc", sea)
 
     assert tree_files(out) == reference
@@ -121,7 +122,7 @@ def test_keep_intermediates_and_copy_rule(dataset, disk_dir, shm_dir, reference)
     assert_no_temporaries(home)
 
     home2 = disk_dir / "work2"
-    sea = {"tiers": [{"path": str(shm_dir)}], "rules": [{"pattern": "**/_report/**", "mode": "copy"}]}
+    sea = {"tiers": [{"path": str(shm_dir)}], "rules": [{"pattern": "**/_report/**", "mode": "copy"}], "checkpoints": "none"}
     run(build_full(data, subjects, home2, disk_dir / "out2"), "SeaMultiProc", sea)
     reports = list(home2.glob("study/**/_report/report.rst"))
     assert len(reports) >= 17

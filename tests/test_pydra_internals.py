@@ -147,7 +147,7 @@ def test_job_files_results_and_cache_roots_are_what_the_adapter_expects(tmp_path
     home.mkdir()
     copy = home / ".moving"
     shutil.copytree(root / job.checksum, copy)
-    px_.relocate_result(copy, root / job.checksum, home / job.checksum)
+    px_.relocate_result(copy, {root: home})
     assert px_.cached_result(job, home) is None, "a directory not yet in place was found"
     copy.rename(home / job.checksum)
     moved = px_.cached_result(job, home)

@@ -87,11 +87,12 @@ def test_study_on_the_tiers_matches_cf_and_leaves_only_outputs_home(tmp_path, sh
     """Python tasks with nibabel, a shell task (cp), a nested workflow split and combined: task
     directories run on the tier, the jobs giving the workflows their outputs are staged home in the
     background, the outputs are byte-identical to cf's and hard-linked as cf's are, the tier is
-    empty at the end, and a second run executes nothing, even without the workflow's directory."""
+    empty at the end, and a second run executes nothing, even without the workflow's directory.
+    Without checkpoints: with them, intermediate jobs come home too (tests/test_reruns_pydra.py)."""
     images = make_images(tmp_path / "data", 3)
     with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
         theirs = sub(Study(in_files=images))
-    sea = {"tiers": [{"path": str(shm_dir)}]}
+    sea = {"tiers": [{"path": str(shm_dir)}], "checkpoints": "none"}
     home = tmp_path / "home"
     with Submitter(worker="sea", cache_root=home, n_procs=2, sea=sea) as sub:
         ours = sub(Study(in_files=images))

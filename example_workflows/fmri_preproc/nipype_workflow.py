@@ -172,8 +172,9 @@ class DerivativesDataSink(SimpleInterface):
         return runtime
 
 
-def build_workflow(bids_dir: Path, subjects: list[str], base_dir: Path, out_dir: Path, fwhm: float = 6.0) -> Workflow:
-    """The pipeline for ``subjects`` of the BIDS dataset ``bids_dir``; derivatives under ``out_dir``."""
+def build_workflow(bids_dir: Path, subjects: list[str], base_dir: Path, out_dir: Path, fwhm: float = 6.0, high_hz: float = 0.1) -> Workflow:
+    """The pipeline for ``subjects`` of the BIDS dataset ``bids_dir``; derivatives under ``out_dir``;
+    ``fwhm``: the smoothing kernel (mm), ``high_hz``: the band-pass's upper cut-off."""
     wf = Workflow(name="fmri_preproc", base_dir=str(base_dir))
     subject = Node(IdentityInterface(fields=["subject"]), name="subjects")
     subject.iterables = ("subject", subjects)
@@ -184,7 +185,7 @@ def build_workflow(bids_dir: Path, subjects: list[str], base_dir: Path, out_dir:
     mcf = Node(MotionCorrect(), name="motion_correct")
     mask = Node(BrainMask(), name="brain_mask")
     smooth = Node(Smooth(fwhm=fwhm), name="smooth")
-    clean = Node(Clean(), name="clean")
+    clean = Node(Clean(high_hz=high_hz), name="clean")
     parcels = Node(ParcelTimeseries(atlas=str(Path(bids_dir) / "derivatives" / "atlas" / "atlas-blocks_dseg.nii.gz")), name="parcels")
     conn = Node(Connectivity(), name="connectivity")
     wf.connect([
