@@ -61,6 +61,7 @@ if __package__ in (None, ""):  # started by path as a worker: `benchmarks` from 
 
 from benchmarks.matrix import (  # noqa: E402
     BY_KEY,
+    DEFAULT_CONFIGURATIONS,
     EXTRA_WORKLOADS,
     PROCESSES,
     SHARED_PARENT,
@@ -155,7 +156,8 @@ def worker(args: argparse.Namespace) -> None:
         os.environ[STARTED] = str(args.count)
         plugin_args["status_callback"] = record_start
     if config.sea:
-        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "checkpoints": config.checkpoints, "prefetch": config.prefetch,
+        plugin_args["sea"] = {"tiers": json.loads(args.tiers), "checkpoints": config.checkpoints, "checkpoint_factor": config.checkpoint_factor,
+                              "prefetch": config.prefetch,
                               "sinks": ["DataSink", "DerivativesDataSink"]}  # fmt: skip
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
@@ -461,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each configuration (default 3)")
     parser.add_argument("--throttles", default=",".join(THROTTLES), help=f"comma-separated, from {', '.join(THROTTLES)}")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS + EXTRA_WORKLOADS)}")
-    parser.add_argument("--configs", default=",".join(BY_KEY), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGURATIONS), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results", help="where <size>.md, .json and .png go")
     internal = parser.add_argument_group("internal: one run in a worker process")
     for name in ("--worker", "--workload", "--data", "--work", "--result", "--tiers", "--params", "--count"):

@@ -30,50 +30,59 @@ from dataclasses import dataclass, field
 
 from .config import Checkpoints
 
-# Keep a node when recomputing it costs more than FACTOR times copying it home. The copy's price
-# is paid on every first run, the recomputation only on a rerun that needs the node; 2 keeps the
-# first run within the 1.10x target on the busy benchmark filesystem (docs/performance.md).
+# Keep a node when recomputing it costs more than FACTOR times copying it home (the configuration's
+# checkpoint_factor). The copy's price is paid on every first run, the recomputation only on a rerun
+# that needs the node; docs/performance.md gives what 1, 2 and 4 cost and save on the benchmark.
 FACTOR = 2.0
 PRIOR_PER_FILE = 0.005  # seconds a copy costs per file on a shared filesystem, before any is measured
 PRIOR_BANDWIDTH = 100e6  # bytes per second (Lustre's unloaded write in the Sea paper: 121 MiB/s)
+PRIOR_SIZE, PRIOR_WEIGHT = 16 * 2**20, 2.0  # the prior counts as 2 copies of an empty and of a 16 MiB file
 
 
 @dataclass
 class CopyCost:
     """Seconds the stager takes to copy ``files`` files of ``nbytes`` bytes home: a per-file latency
-    plus a per-byte time, fitted by least squares to the stager's own copies of this run."""
+    plus a per-byte time, fitted by least squares to the stager's own copies of this run. The prior
+    (``per_file``, ``per_byte`` as given) counts as :data:`PRIOR_WEIGHT` copies of an empty file and
+    as many of a 16 MiB one: a few small files (a run's first copies) cannot make the fit say that
+    bytes are dear or free, and a run's copies soon outweigh it.
+
+    >>> cost = CopyCost(per_file=0.005, per_byte=1e-8)
+    >>> for _ in range(40):
+    ...     cost.observe(0, 0.05); cost.observe(10**8, 2.05)  # 50 ms a file, 50 MB/s
+    >>> round(cost.per_file, 3), round(1 / cost.per_byte / 1e6)
+    (0.04, 50)
+    """
 
     per_file: float = PRIOR_PER_FILE
     per_byte: float = 1 / PRIOR_BANDWIDTH
-    _n: int = 0
-    _sx: float = 0.0
-    _sy: float = 0.0
-    _sxx: float = 0.0
-    _sxy: float = 0.0
+    _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, sx, sy, sxx, sxy
+    _observed: int = 0
+
+    def __post_init__(self) -> None:
+        for x in (0, PRIOR_SIZE):
+            self._add(x, self.per_file + x * self.per_byte, PRIOR_WEIGHT)
+
+    def _add(self, x: float, y: float, weight: float = 1.0) -> None:
+        for i, value in enumerate((1.0, x, y, x * x, x * y)):
+            self._sums[i] += weight * value
 
     def observe(self, nbytes: int, seconds: float) -> None:
         """One file copied home, ``nbytes`` in ``seconds``."""
-        self._n += 1
-        self._sx += nbytes
-        self._sy += seconds
-        self._sxx += float(nbytes) * nbytes
-        self._sxy += float(nbytes) * seconds
-        spread = self._n * self._sxx - self._sx**2
-        if self._n >= 3 and spread > 0:
-            per_byte = (self._n * self._sxy - self._sx * self._sy) / spread
-            per_file = (self._sy - per_byte * self._sx) / self._n
-            if per_byte > 0 and per_file >= 0:
-                self.per_byte, self.per_file = per_byte, per_file
-                return
-        if self._sx > 0:  # too few sizes for a fit (or one that makes no sense): all of it per byte
-            self.per_byte, self.per_file = self._sy / self._sx, 0.0
+        self._observed += 1
+        self._add(float(nbytes), seconds)
+        n, sx, sy, sxx, sxy = self._sums
+        per_byte = (n * sxy - sx * sy) / (n * sxx - sx * sx)
+        if per_byte > 0:
+            self.per_byte = per_byte
+            self.per_file = max(0.0, (sy - per_byte * sx) / n)
 
     def predict(self, files: int, nbytes: int) -> float:
         return files * self.per_file + nbytes * self.per_byte
 
     @property
     def measured(self) -> bool:
-        return self._n > 0
+        return self._observed > 0
 
     def to_dict(self) -> dict[str, float]:
         return {"per_file": self.per_file, "per_byte": self.per_byte}
@@ -94,8 +103,9 @@ class CheckpointPolicy:
     mode: Checkpoints
     cost: CopyCost = field(default_factory=CopyCost)
     factor: float = FACTOR
-    _rerun: dict[str, float] = field(default_factory=dict)  # key -> seconds a rerun needing it would spend
-    _kept: set[str] = field(default_factory=set)
+    _seconds: dict[str, float] = field(default_factory=dict)  # key -> its run time
+    _chain: dict[str, set[str]] = field(default_factory=dict)  # key -> it and the evicted producers it needs
+    _kept: dict[str, float] = field(default_factory=dict)  # key -> the recomputation its copy spares
     saved_seconds: float = 0.0  # recomputation the kept directories spare a rerun that needs them all
 
     def decide(
@@ -104,38 +114,52 @@ class CheckpointPolicy:
         """Node ``key`` finished in ``seconds`` with ``files`` files of ``nbytes``: keep its directory?
         ``forced``: it is kept whatever the mode (it had a directory in the home, or it persists);
         ``consumed``: other nodes read it (in ``auto``, only a node a rerun may need is worth a copy)."""
-        chain = seconds + sum(self._rerun.get(p, 0.0) for p in producers if p not in self._kept)
-        self._rerun[key] = chain
+        chain = {key}  # it and the evicted producers it needs, each once (a diamond counts its source once)
+        for producer in producers:
+            if producer not in self._kept:
+                chain |= self._chain.get(producer, {producer})
+        self._seconds[key] = seconds
+        self._chain[key] = chain
+        cost = self.rerun_cost(key)
         if self.mode is Checkpoints.ALL or forced:
             keep = True
         elif self.mode is Checkpoints.NONE or not consumed:
             keep = False
         else:
-            keep = chain > self.factor * self.cost.predict(files, nbytes)
+            keep = cost > self.factor * self.cost.predict(files, nbytes)
         if keep:
             self.keep(key)
         return keep
 
     def keep(self, key: str) -> None:
         if key not in self._kept:
-            self._kept.add(key)
-            self.saved_seconds += self._rerun.get(key, 0.0)
+            self._kept[key] = self.rerun_cost(key)
+            self.saved_seconds += self._kept[key]
+            self._chain[key] = set()
+
+    def abandoned(self, key: str) -> None:
+        """The copy of a kept directory did not happen (the run ended first)."""
+        self.saved_seconds -= self._kept.pop(key, 0.0)
+        self._chain[key] = {key}
 
     def known(self, key: str, seconds: float, kept: bool) -> None:
         """A node this run did not execute (the engine's cache had it, or Sea's journal): its last
         known run time, and whether its directory is in the home."""
-        self._rerun[key] = seconds
+        self._seconds[key] = seconds
+        self._chain[key] = {key}
         if kept:
-            self._kept.add(key)
+            self.keep(key)
 
     def rerun_cost(self, key: str) -> float:
         """Seconds a rerun that needs ``key``'s directory would spend recomputing (0 if kept)."""
-        return 0.0 if key in self._kept else self._rerun.get(key, 0.0)
+        if key in self._kept:
+            return 0.0
+        return sum(self._seconds.get(k, 0.0) for k in self._chain.get(key, ()))
 
     def worst_rerun(self) -> tuple[str | None, float]:
-        """The node whose directory costs a rerun the most to recompute, and those seconds."""
-        evicted = {k: v for k, v in self._rerun.items() if k not in self._kept}
-        if not evicted:
+        """The evicted node whose directory costs a rerun the most to recompute, and those seconds."""
+        costs = {k: self.rerun_cost(k) for k in self._chain if k not in self._kept}
+        if not costs:
             return None, 0.0
-        key = max(evicted, key=evicted.get)
-        return key, evicted[key]
+        key = max(costs, key=costs.get)
+        return key, costs[key]

@@ -156,6 +156,15 @@ class SeaConfig:
             "auto",
         ),
     )
+    checkpoint_factor: float = field(
+        default=2.0,
+        metadata=_doc(
+            "with checkpoints: auto, a node's directory is copied home when recomputing it (and the evicted "
+            "producers it needs) would take more than this many times as long as the copy; lower keeps more "
+            "(a faster rerun, more bytes and files on the shared filesystem), higher fewer",
+            2.0,
+        ),
+    )
     keep_intermediates: bool = field(
         default=False,
         metadata=_doc("the same as checkpoints: all (Sea's copy-all; kept for existing configurations)", False),
@@ -405,6 +414,10 @@ def _parse_rules(value: Any, what: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+def _parse_factor(value: Any, what: str) -> float:
+    return float(check_positive_number(value, what))
+
+
 def _parse_checkpoints(value: Any, what: str) -> Checkpoints:
     if isinstance(value, Checkpoints):
         return value
@@ -461,6 +474,7 @@ _PARSERS = {
     "tiers": _parse_tiers,
     "rules": _parse_rules,
     "checkpoints": _parse_checkpoints,
+    "checkpoint_factor": _parse_factor,
     "keep_intermediates": check_bool,
     "stager_threads": _parse_threads,
     "report": _parse_report,

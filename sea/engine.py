@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .checkpoint import CheckpointPolicy, CopyCost
-from .config import Mode, Rule, SeaConfig, SeaConfigError
+from .config import Checkpoints, Mode, Rule, SeaConfig, SeaConfigError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
@@ -58,7 +58,7 @@ from .probe import remembered
 from .report import RunReport, TierReport, peak_concurrent_bytes
 from .resume import RerunPlan, checkpoint_identity, plan_rerun
 from .sizes import format_size
-from .stager import CHECKPOINT, DECLARED, TMP_MARK, FlushBatch, Stager, sweep_temporaries
+from .stager import CHECKPOINT, DECLARED, KEPT, TMP_MARK, FlushBatch, Stager, sweep_temporaries
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -165,7 +165,7 @@ class SeaEngine:
         self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
         self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
         self.estimator = SizeEstimator.load(self._history, config.default_node_size)
-        self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior())
+        self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor)
         self.stager = Stager(config.stager_threads)
         self.journal = Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl")))
         self.report = RunReport()
@@ -702,8 +702,16 @@ class SeaEngine:
         if files:
             node.home_copy = copy_dir
             node.home_copy_complete = len(files) == all_files
-            # a directory the workflow delivers goes with the declared outputs; a checkpoint after them
-            self._submit(node, FlushBatch(key, files, self._dir_committed), DECLARED if node.spec.persist_dir else CHECKPOINT)
+            # a directory the workflow delivers goes with the declared outputs; one that must go home
+            # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
+            self._submit(node, FlushBatch(key, files, self._dir_committed), self._priority(node))
+
+    def _priority(self, node: _Node) -> int:
+        if node.spec.persist_dir:
+            return DECLARED
+        if self.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.key in self._home_dirs):
+            return CHECKPOINT
+        return KEPT
 
     def _node_files(self, node: _Node):
         """(file, path relative to the node directory) for the node and its separate parts."""
@@ -760,7 +768,13 @@ class SeaEngine:
                 node.needs = self._needs(node.spec.key, self._relocate(node.home_copy, self._moves(node)))
             except Exception as error:  # the copy would not be right: keep the tier's, report it
                 batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
-        if batch.errors and node.home_copy is not None:
+        if batch.abandoned and not batch.errors:  # the run ended before the copy started: no checkpoint
+            shutil.rmtree(node.home_copy, ignore_errors=True)
+            node.home_copy, node.checkpoint = None, False
+            with self._lock:
+                self.checkpoints.abandoned(batch.key)
+                self.report.checkpoints_abandoned += 1
+        elif batch.errors and node.home_copy is not None:
             # the directory goes home whole or not at all: drop the copy, the tier's is kept
             shutil.rmtree(node.home_copy, ignore_errors=True)
             batch.committed = []  # none of it reached its final path
@@ -918,6 +932,10 @@ class SeaEngine:
             return self.report
         self._closed = True
         self.report.interrupted = interrupted
+        # what the run must deliver, then what must go home; auto's checkpoints not started yet are
+        # abandoned, never waited for (they would only spare a rerun some recomputation)
+        self.report.stager_wait_seconds += self.stager.drain(before=CHECKPOINT)
+        self.stager.abandon(CHECKPOINT)
         self.report.stager_wait_seconds += self.stager.drain()
         with self._lock:
             for node in self._nodes.values():

@@ -39,7 +39,7 @@ class NodeStorage(WorkerPlugin):
     def __init__(self, sea: Any, home: Path, specs: list[NodeSpec], relocate: Callable[[Path, dict[Path, Path]], object] | None = None):
         """``relocate(directory, {old: new})``: rewrite the paths a node directory's result files
         record, once a copy made at ``old`` is unpacked at ``new`` (an engine whose results name
-        absolute paths)."""
+        absolute paths), and for a directory that goes home (see :class:`~sea.engine.SeaEngine`)."""
         self.sea, self.home, self.specs, self.relocate = sea, Path(home), specs, relocate
         self.engine: SeaEngine | None = None
         self.worker_name = ""
@@ -47,7 +47,7 @@ class NodeStorage(WorkerPlugin):
     def setup(self, worker) -> None:
         self.worker_name = str(worker.name)
         machine = self.worker_name.replace("/", "_")
-        self.engine = SeaEngine(SeaConfig.load(self.sea), self.home, log=logger, machine=machine)
+        self.engine = SeaEngine(SeaConfig.load(self.sea), self.home, log=logger, machine=machine, relocate=self.relocate)
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(self.specs), plan_resume=False)
         except BaseException:

@@ -7,8 +7,10 @@ either sees nothing or the whole file. Transient errors (and a destination direc
 the copy) are retried with backoff; a persistent one is reported with the file's name and the
 source is kept, so nothing is lost.
 
-Copies are taken in order of priority: declared outputs (what the run must deliver) before
-checkpoints (node directories a rerun may reuse), so a checkpoint never holds up an output.
+Copies are taken in order of priority: declared outputs (what the run must deliver), then node
+directories that must go home (every one with ``checkpoints: all``), then optional checkpoints
+(``auto``'s), so a checkpoint never holds up an output; at the end of a run, optional checkpoints
+not started yet are abandoned (:meth:`Stager.abandon`) rather than waited for.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 logger = logging.getLogger("sea")
 
 TMP_MARK = ".sea-tmp-"
-DECLARED, CHECKPOINT = 0, 1  # priorities: lower goes first
+DECLARED, KEPT, CHECKPOINT = 0, 1, 2  # priorities, the lowest first: see the module's docstring
 TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR, errno.ESTALE}  # ESTALE: NFS
 
 
@@ -99,6 +101,7 @@ class FlushBatch:
     errors: list[str] = field(default_factory=list)
     retries: int = 0  # attempts that failed and were tried again
     timings: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds) of each file copied
+    abandoned: list[tuple[Path, Path]] = field(default_factory=list)  # not copied: the run ended first
     _left: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -120,6 +123,7 @@ class Stager:
         self._backoff = backoff
         self._idle = threading.Condition()
         self._in_flight = 0
+        self._pending: dict[int, int] = {}  # priority -> files queued or being copied
 
     @property
     def queue_length(self) -> int:
@@ -132,6 +136,7 @@ class Stager:
         batch._left = len(batch.files)
         with self._idle:
             self._in_flight += len(batch.files)
+            self._pending[priority] = self._pending.get(priority, 0) + len(batch.files)
             while len(self._threads) < self._threads_wanted:
                 thread = threading.Thread(target=self._work, name=f"sea-stager_{len(self._threads)}", daemon=True)
                 thread.start()
@@ -141,53 +146,77 @@ class Stager:
 
     def _work(self) -> None:
         while True:
-            _, _, batch, src, dst = self._queue.get()
+            priority, _, batch, src, dst = self._queue.get()
             if batch is None:
                 return
-            self._copy_one(batch, src, dst)
+            try:
+                self._copy_one(batch, src, dst)
+            finally:
+                self._file_done(batch, priority)
+
+    def abandon(self, priority: int) -> int:
+        """Take the copies of ``priority`` not started yet out of the queue (the run is over and
+        they are optional); their batches settle without them (``FlushBatch.abandoned``). Returns
+        how many files were dropped."""
+        kept, dropped = [], []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            (dropped if item[0] == priority and item[2] is not None else kept).append(item)
+        for item in kept:
+            self._queue.put(item)
+        for _, _, batch, src, dst in dropped:
+            with batch._lock:
+                batch.abandoned.append((src, dst))
+            self._file_done(batch, priority)
+        return len(dropped)
+
+    def _file_done(self, batch: FlushBatch, priority: int) -> None:
+        with batch._lock:
+            batch._left -= 1
+            last = batch._left == 0
+        if last:
+            try:
+                batch.on_done(batch)
+            except Exception:  # noqa: BLE001 - a callback bug must not hang drain()
+                logger.exception("[Sea] error while settling the flush of %s", batch.key)
+        with self._idle:
+            self._in_flight -= 1
+            self._pending[priority] -= 1
+            self._idle.notify_all()
 
     def _copy_one(self, batch: FlushBatch, src: Path, dst: Path) -> None:
-        try:
-            for attempt in range(self._retries + 1):
-                try:
-                    start = time.perf_counter()
-                    size = atomic_copy(src, dst)
-                    seconds = time.perf_counter() - start
-                    st = dst.lstat()
+        for attempt in range(self._retries + 1):
+            try:
+                start = time.perf_counter()
+                size = atomic_copy(src, dst)
+                seconds = time.perf_counter() - start
+                st = dst.lstat()
+                with batch._lock:
+                    batch.committed.append((dst, size, st.st_mtime_ns))
+                    batch.timings.append((size, seconds))
+                break
+            except OSError as exc:
+                if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
+                    logger.warning("[Sea] copying %s to %s failed (%s); trying again", src, dst, exc.strerror or exc)
                     with batch._lock:
-                        batch.committed.append((dst, size, st.st_mtime_ns))
-                        batch.timings.append((size, seconds))
-                    break
-                except OSError as exc:
-                    if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
-                        logger.warning("[Sea] copying %s to %s failed (%s); trying again", src, dst, exc.strerror or exc)
-                        with batch._lock:
-                            batch.retries += 1
-                        time.sleep(self._backoff * 4**attempt)
-                        continue
-                    message = f"could not copy {src} to {dst}: {exc.strerror or exc}"
-                    logger.error("[Sea] %s; the source is kept at %s", message, src)
-                    with batch._lock:
-                        batch.errors.append(message)
-                    break
-        finally:
-            with batch._lock:
-                batch._left -= 1
-                last = batch._left == 0
-            if last:
-                try:
-                    batch.on_done(batch)
-                except Exception:  # noqa: BLE001 - a callback bug must not hang drain()
-                    logger.exception("[Sea] error while settling the flush of %s", batch.key)
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
+                        batch.retries += 1
+                    time.sleep(self._backoff * 4**attempt)
+                    continue
+                message = f"could not copy {src} to {dst}: {exc.strerror or exc}"
+                logger.error("[Sea] %s; the source is kept at %s", message, src)
+                with batch._lock:
+                    batch.errors.append(message)
+                break
 
-    def drain(self) -> float:
-        """Block until every submitted copy is settled; returns the seconds waited."""
+    def drain(self, before: int | None = None) -> float:
+        """Block until every submitted copy is settled (``before``: every copy of a priority lower
+        than that); returns the seconds waited."""
         start = time.monotonic()
         with self._idle:
-            while self._in_flight:
+            while sum(n for p, n in self._pending.items() if before is None or p < before):
                 self._idle.wait()
         return time.monotonic() - start
 

@@ -250,3 +250,23 @@ def test_a_work_directory_multiproc_left_half_done_is_resumed_as_multiproc_resum
         assert tree_files(root / "out") == expected
         removed = kept_by_multiproc - study.files_under(root / "work")
         assert not removed, f"{mode}: removed {sorted(removed)[:5]} of the killed run's directory"
+
+
+def test_sea_plan_rerun_says_what_the_rerun_executes(states, tmp_path):
+    """`sea plan --rerun` before the rerun of the last-step change: the nodes it says will run are
+    the nodes the rerun executes (checkpoints none: no directory left to Nipype's check)."""
+    base, tier, saved = states
+    root = base / "runs" / "none"
+    study.restore(saved["none"], root)
+    target = tmp_path / "target.py"
+    target.write_text(
+        f"import sys\nfrom pathlib import Path\nsys.path.insert(0, {str(TESTS)!r})\nimport rerun_workflows as study\n\n"
+        f"def workflow():\n    return study.build(Path({str(root)!r}), {SUBJECTS!r}, threshold=0.25)\n"
+    )
+    result = subprocess.run([sys.executable, "-m", "sea.cli", "plan", "--rerun", f"{target}:workflow"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    predicted = {line.split()[0] for line in result.stdout.splitlines() if line.startswith(f"    {study.NAME}/")}
+    assert "runs: new, or its inputs" in result.stdout and "evicted, and a node that runs needs it" in result.stdout, result.stdout
+    executed = study.run(root, "SeaMultiProc", "none", tier, threshold=0.25)
+    assert study.nodes(executed) == predicted, f"plan: {sorted(predicted)}\nran: {sorted(study.nodes(executed))}"
+    print(result.stdout)
