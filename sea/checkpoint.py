@@ -3,16 +3,17 @@
 Sea evicts a node's directory once its consumers finished: the first run writes little to the shared
 filesystem, but a rerun that changes a late step finds the producers it needs gone and recomputes
 them. A checkpoint is a node directory copied home by the stager (after declared outputs, never
-holding up a consumer) and swapped in at its usual path when it is evicted, where the engine's own
+holding up a consumer) and put at its usual path the moment it is complete, where the engine's own
 cache check (Nipype's hash files, Pydra's checksums) and Sea's journal find it.
 
 ``auto`` decides per node, when it finishes, by cost. Recomputing a node on a rerun costs its own
 run time plus the recomputation of every producer it needs that is not kept either (recursively:
 the evicted chain behind it). Copying it home costs what the stager's own copies take per file and
 per byte on this shared filesystem (fitted during the run; from the last run or ``sea probe`` before
-the first copy). A node is kept when recomputing it would take more than :data:`FACTOR` times its copy:
+the first copy). A node is kept when recomputing it would take more than a factor times its copy
+(:data:`FACTOR` by default; 2 here):
 
-    >>> policy = CheckpointPolicy(Checkpoints.AUTO, CopyCost(per_file=0.01, per_byte=1e-8))
+    >>> policy = CheckpointPolicy(Checkpoints.AUTO, CopyCost(per_file=0.01, per_byte=1e-8), factor=2)
     >>> policy.decide("a", seconds=0.2, files=5, nbytes=10**8, producers=[])  # 0.2 s vs 1.05 s copy
     False
     >>> policy.decide("b", seconds=0.8, files=5, nbytes=10**7, producers=["a"])  # 1.0 s vs 0.15 s
@@ -31,9 +32,12 @@ from dataclasses import dataclass, field
 from .config import Checkpoints
 
 # Keep a node when recomputing it costs more than FACTOR times copying it home (the configuration's
-# checkpoint_factor). The copy's price is paid on every first run, the recomputation only on a rerun
-# that needs the node; docs/performance.md gives what 1, 2 and 4 cost and save on the benchmark.
-FACTOR = 2.0
+# checkpoint_factor). The copy's price is paid on every first run, in the background, the
+# recomputation only on a rerun that needs the node. Measured (benchmarks/results/reruns-factors-full.md,
+# fmri_preproc on the busy filesystem, medians of 3): factor 1 ran the first run in 1.03x the time of
+# no checkpoints and the rerun after a late change in 0.38x MultiProc's; factor 2: 0.98x and 0.56x;
+# factor 4: 1.01x and 0.50x. Break-even (1) it is.
+FACTOR = 1.0
 PRIOR_PER_FILE = 0.005  # seconds a copy costs per file on a shared filesystem, before any is measured
 PRIOR_BANDWIDTH = 100e6  # bytes per second (Lustre's unloaded write in the Sea paper: 121 MiB/s)
 PRIOR_SIZE, PRIOR_WEIGHT = 16 * 2**20, 2.0  # the prior counts as 2 copies of an empty and of a 16 MiB file

@@ -157,12 +157,12 @@ class SeaConfig:
         ),
     )
     checkpoint_factor: float = field(
-        default=2.0,
+        default=1.0,
         metadata=_doc(
             "with checkpoints: auto, a node's directory is copied home when recomputing it (and the evicted "
             "producers it needs) would take more than this many times as long as the copy; lower keeps more "
             "(a faster rerun, more bytes and files on the shared filesystem), higher fewer",
-            2.0,
+            1.0,
         ),
     )
     keep_intermediates: bool = field(

@@ -270,3 +270,15 @@ def test_sea_plan_rerun_says_what_the_rerun_executes(states, tmp_path):
     executed = study.run(root, "SeaMultiProc", "none", tier, threshold=0.25)
     assert study.nodes(executed) == predicted, f"plan: {sorted(predicted)}\nran: {sorted(study.nodes(executed))}"
     print(result.stdout)
+
+
+def test_checkpoints_all_leave_a_work_directory_multiproc_reuses_whole(states):
+    """Back to MultiProc after Sea with checkpoints: all: every node directory is in the home, with
+    result files naming the home and Nipype's own hash files, so MultiProc re-executes nothing but
+    its sinks (Nipype hashes files by size and timestamp, which the stager keeps)."""
+    base, tier, saved = states
+    root = base / "runs" / "all"
+    study.restore(saved["all"], root)
+    executed = study.run(root, "MultiProc")
+    assert {k for k in executed if not study.is_sink(k)} == set(), sorted(executed)
+    assert tree_files(root / "out") == tree_files(saved["MultiProc"] / "out")
