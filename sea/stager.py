@@ -9,8 +9,11 @@ source is kept, so nothing is lost.
 
 Copies are taken in order of priority: declared outputs (what the run must deliver), then node
 directories that must go home (every one with ``checkpoints: all``), then optional checkpoints
-(``auto``'s), so a checkpoint never holds up an output; at the end of a run, optional checkpoints
-not started yet are abandoned (:meth:`Stager.abandon`) rather than waited for.
+(``auto``'s). An optional copy uses only an idle link: it starts when no copy the run needs is
+queued or under way, and gives way (stops between chunks, its temporary removed, queued again) as
+soon as one is submitted, so a checkpoint never holds up an output; at the end of a run, optional
+copies not done yet are abandoned (:meth:`Stager.abandon`), those under way stopped, rather than
+waited for.
 """
 
 from __future__ import annotations
@@ -35,8 +38,16 @@ DECLARED, KEPT, CHECKPOINT = 0, 1, 2  # priorities, the lowest first: see the mo
 TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR, errno.ESTALE}  # ESTALE: NFS
 
 
-def atomic_copy(src: Path, dst: Path) -> int:
-    """Copy ``src`` to ``dst`` through a temporary name; returns the bytes copied."""
+CHUNK = 4 * 2**20
+
+
+class Yielded(Exception):
+    """A copy stopped part-way by its ``interrupt`` (its temporary file removed): see :class:`Stager`."""
+
+
+def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
+    """Copy ``src`` to ``dst`` through a temporary name; returns the bytes copied. ``interrupt``
+    is asked between chunks: if it says so, the copy stops, leaves nothing, and raises :class:`Yielded`."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}{TMP_MARK}{secrets.token_hex(4)}"
     try:
@@ -45,7 +56,10 @@ def atomic_copy(src: Path, dst: Path) -> int:
             size = 0
         else:
             with open(src, "rb") as fin, open(tmp, "xb") as fout:
-                shutil.copyfileobj(fin, fout, 4 * 2**20)
+                while chunk := fin.read(CHUNK if interrupt is None else CHUNK // 4):  # an optional copy stops sooner
+                    if interrupt is not None and interrupt():
+                        raise Yielded(str(src))
+                    fout.write(chunk)
                 fout.flush()
                 os.fsync(fout.fileno())
             shutil.copystat(src, tmp)
@@ -124,6 +138,7 @@ class Stager:
         self._idle = threading.Condition()
         self._in_flight = 0
         self._pending: dict[int, int] = {}  # priority -> files queued or being copied
+        self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
 
     @property
     def queue_length(self) -> int:
@@ -143,21 +158,39 @@ class Stager:
                 self._threads.append(thread)
         for src, dst in batch.files:
             self._queue.put((priority, next(self._order), batch, src, dst))
+        with self._idle:
+            self._idle.notify_all()  # an optional copy waiting for an idle link looks again
+
+    def _link_busy(self) -> bool:
+        """A copy the run needs (a declared output, a directory that must go home) is queued or under way."""
+        return self._pending.get(DECLARED, 0) + self._pending.get(KEPT, 0) > 0
 
     def _work(self) -> None:
         while True:
-            priority, _, batch, src, dst = self._queue.get()
+            item = self._queue.get()
+            priority, _, batch, src, dst = item
             if batch is None:
                 return
+            if priority == CHECKPOINT and self._link_busy() and priority not in self._abandoning:
+                # an optional copy takes the link only when it is idle: back in line until then
+                self._queue.put(item)
+                with self._idle:
+                    self._idle.wait(0.2)  # woken when a copy settles or another is submitted
+                continue
+            settled = True
             try:
-                self._copy_one(batch, src, dst)
+                settled = self._copy_one(batch, src, dst, priority)
             finally:
-                self._file_done(batch, priority)
+                if settled:
+                    self._file_done(batch, priority)
+                else:  # it gave way to a copy the run needs: again later, from the start
+                    self._queue.put(item)
 
     def abandon(self, priority: int) -> int:
-        """Take the copies of ``priority`` not started yet out of the queue (the run is over and
-        they are optional); their batches settle without them (``FlushBatch.abandoned``). Returns
-        how many files were dropped."""
+        """Take the copies of ``priority`` out of the queue and stop those under way (the run is
+        over and they are optional); their batches settle without them (``FlushBatch.abandoned``).
+        Returns how many files were dropped from the queue."""
+        self._abandoning.add(priority)  # those being copied stop at their next chunk
         kept, dropped = [], []
         while True:
             try:
@@ -187,16 +220,28 @@ class Stager:
             self._pending[priority] -= 1
             self._idle.notify_all()
 
-    def _copy_one(self, batch: FlushBatch, src: Path, dst: Path) -> None:
+    def _copy_one(self, batch: FlushBatch, src: Path, dst: Path, priority: int = DECLARED) -> bool:
+        """Copy one file, retrying transient errors; ``False`` if an optional copy gave way to one
+        the run needs (it is then queued again)."""
+        interrupt = None
+        if priority == CHECKPOINT:
+            def interrupt() -> bool:
+                return priority in self._abandoning or self._link_busy()
         for attempt in range(self._retries + 1):
             try:
                 start = time.perf_counter()
-                size = atomic_copy(src, dst)
+                size = atomic_copy(src, dst, interrupt)
                 seconds = time.perf_counter() - start
                 st = dst.lstat()
                 with batch._lock:
                     batch.committed.append((dst, size, st.st_mtime_ns))
                     batch.timings.append((size, seconds))
+                break
+            except Yielded:
+                if priority not in self._abandoning:
+                    return False
+                with batch._lock:
+                    batch.abandoned.append((src, dst))
                 break
             except OSError as exc:
                 if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
@@ -210,6 +255,7 @@ class Stager:
                 with batch._lock:
                     batch.errors.append(message)
                 break
+        return True
 
     def drain(self, before: int | None = None) -> float:
         """Block until every submitted copy is settled (``before``: every copy of a priority lower

@@ -159,3 +159,35 @@ def test_a_target_directory_removed_during_a_copy_is_made_again(slowfs_factory, 
     assert not done[0].errors and done[0].retries == 1, (done[0].errors, done[0].retries)
     assert (target / "big.bin").read_bytes() == src.read_bytes()
     assert no_temporaries(fs.path) == []
+
+
+def test_an_optional_copy_gives_way_to_a_declared_output_and_is_stopped_at_the_end(slowfs_factory, shm_dir):
+    """On a slow link (2 MB/s), an optional checkpoint copy under way stops as soon as a declared
+    output is submitted (the output is committed first; the checkpoint is copied again, whole,
+    once the link is idle), and one under way when the run ends is stopped, not waited for: its
+    batch settles as abandoned, nothing partial left."""
+    from sea.stager import CHECKPOINT, DECLARED
+
+    fs = slowfs_factory(write_mbps=2)
+    big, small = shm_dir / "big.bin", shm_dir / "small.bin"
+    big.write_bytes(bytes(range(256)) * 2**14)  # 4 MiB: 2 s over the link
+    small.write_bytes(b"x" * 2**18)  # 256 KiB
+    order: list[str] = []
+    stager = Stager(threads=1, backoff=0.01)  # one thread: the output waits unless the checkpoint gives way
+    stager.submit(FlushBatch("checkpoint", [(big, fs.path / "ckpt" / "big.bin")], lambda b: order.append(b.key)), CHECKPOINT)
+    time.sleep(0.5)  # under way
+    stager.submit(FlushBatch("declared", [(small, fs.path / "out" / "small.bin")], lambda b: order.append(b.key)), DECLARED)
+    stager.drain()
+    assert order == ["declared", "checkpoint"], order
+    assert (fs.path / "ckpt" / "big.bin").read_bytes() == big.read_bytes()
+
+    done: list[FlushBatch] = []
+    stager.submit(FlushBatch("late", [(big, fs.path / "late" / "big.bin")], done.append), CHECKPOINT)
+    time.sleep(0.5)
+    start = time.monotonic()
+    stager.abandon(CHECKPOINT)
+    stager.drain()
+    assert time.monotonic() - start < 1.5, "the run waited for an optional copy"
+    assert done[0].abandoned and not done[0].committed and not done[0].errors
+    assert not (fs.path / "late" / "big.bin").exists() and no_temporaries(fs.path) == []
+    stager.close()
