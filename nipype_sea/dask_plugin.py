@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shutil
 import time
 import traceback
 from itertools import count
@@ -77,7 +76,7 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumer
     if engine.closed:
         # the client stopped the run while the node ran: its directory was dropped, and what the
         # node wrote since (Nipype makes its directories again) goes too, up to Sea's own directory
-        shutil.rmtree(placement.physical, ignore_errors=True)
+        engine.hierarchy.remove(placement.physical)
         engine.hierarchy.close()  # Sea's private directories go too, unless something is kept there by rule
         return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": ["the run was stopped while this node ran"]}
     return {"cached": False, "size": engine.held_bytes(key), "worker": storage.worker_name, "traceback": None}

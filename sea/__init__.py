@@ -7,6 +7,7 @@ later ``pydra_sea``) translate their engine's graph and callbacks into :class:`S
 from .config import Mode, Rule, SeaConfig, SeaConfigError, TierSpec
 from .engine import Placement, SeaEngine, SeaFlushError
 from .graph import NodeSpec, WorkflowGraph
+from .private import SeaTierSwapped
 from .report import RunReport
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SeaConfigError",
     "SeaEngine",
     "SeaFlushError",
+    "SeaTierSwapped",
     "TierSpec",
     "WorkflowGraph",
 ]

@@ -391,6 +391,7 @@ class SeaEngine:
                 tier.stats.nodes_placed += 1
             else:
                 tier = self.hierarchy.choose(estimate, exclude=node.tried)
+            self.hierarchy.check(tier)  # never into a directory swapped under Sea
             node.in_place = tier.is_home and (old_dir or (owner is not None and owner.in_place))
             link = (link or owner is not None or tier.is_home) and not old_dir
             if link:
@@ -491,6 +492,7 @@ class SeaEngine:
             if p is None:  # ran outside Sea's placement (e.g. in the engine's main process)
                 p = node.placement = Placement(key, self.home / key, self.home / key, self.hierarchy.home, 0)
                 node.in_place = key in self._home_dirs
+            self.hierarchy.check(p.tier)  # its results are read from there
             node.state = State.FINISHED
             node.finished = time.monotonic()
             size, files = disk_usage(p.physical)
@@ -588,7 +590,7 @@ class SeaEngine:
             p = node.placement
             if p is not None and not node.evicted and not p.tier.is_home:
                 if node.state is State.FINISHED:  # a replica, or a run whose consumers were lost
-                    shutil.rmtree(p.physical, ignore_errors=True)
+                    self.hierarchy.remove(p.physical)
                     self.hierarchy.release(p.tier, used=node.size)
                 else:
                     self._drop_placement(node)
@@ -603,7 +605,7 @@ class SeaEngine:
                 raise RuntimeError(f"{key!r} is already on this machine")
             tier = self.hierarchy.choose(size)
             physical = tier.workdir / key if not tier.is_home else self.home / ".sea" / "replicas" / key
-            shutil.rmtree(physical, ignore_errors=True)
+            self.hierarchy.remove(physical)
             physical.mkdir(parents=True)
             node.placement = Placement(key, self.home / key, physical, tier, size)
             node.state, node.replica, node.evicted, node.size = State.FINISHED, True, False, size
@@ -615,9 +617,9 @@ class SeaEngine:
         p = node.placement
         if p.logical.is_symlink():
             p.logical.unlink()
-        shutil.rmtree(p.physical, ignore_errors=True)
+        self.hierarchy.remove(p.physical)
         if p.staging_root is not None:
-            shutil.rmtree(p.staging_root, ignore_errors=True)
+            self.hierarchy.remove(p.staging_root)
         self.hierarchy.release(p.tier, reserved=p.reserved)
         node.placement = None
 
@@ -833,7 +835,7 @@ class SeaEngine:
             return  # evicted with its owner
         p = node.placement
         if node.replica:
-            shutil.rmtree(p.physical, ignore_errors=True)
+            self.hierarchy.remove(p.physical)
             self.hierarchy.release(p.tier, used=node.size)
             node.evicted = True
             return
@@ -842,7 +844,7 @@ class SeaEngine:
                 self._record_home_dir(node)
             return
         for part in self._separate_parts(node):
-            shutil.rmtree(part.placement.physical, ignore_errors=True)
+            self.hierarchy.remove(part.placement.physical)
         for part_key in node.parts:
             part = self._nodes[part_key]
             if part.placement is not None:
@@ -853,9 +855,9 @@ class SeaEngine:
         else:
             if p.logical.is_symlink():
                 p.logical.unlink()  # the link Sea made
-            shutil.rmtree(p.physical, ignore_errors=True)
+            self.hierarchy.remove(p.physical)
             if p.staging_root is not None:
-                shutil.rmtree(p.staging_root, ignore_errors=True)
+                self.hierarchy.remove(p.staging_root)
             self.hierarchy.release(p.tier, used=node.size)
         node.evicted = True
         self._sample()
@@ -889,7 +891,7 @@ class SeaEngine:
     def _evict_home_dir(self, node: _Node) -> None:
         """A node that spilled to the home is an intermediate there too: remove it like Nipype's
         ``remove_node_directories`` would, once nothing needs it."""
-        shutil.rmtree(node.placement.physical, ignore_errors=True)
+        self.hierarchy.remove(node.placement.physical)
         self.hierarchy.release(node.placement.tier, used=node.size)
 
     # ---------------------------------------------------------------- progress and end

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -206,7 +205,7 @@ class Prefetcher:
                 return  # copying now: dropped when the copy ends (see _copy)
         if copy.tier is not None:
             if copy.target is not None:
-                shutil.rmtree(copy.target.parent, ignore_errors=True)
+                self.hierarchy.remove(copy.target.parent)
             self.hierarchy.release(copy.tier, reserved=copy.size)
             self._held[copy.tier.name] -= copy.size
             copy.tier = None

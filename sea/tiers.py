@@ -16,7 +16,6 @@ import os
 import shutil
 import socket
 import stat
-import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,12 +23,12 @@ from pathlib import Path
 import psutil
 
 from .config import SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
+from .private import OWNER_FILE, PrivateDir
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
 
 DISCOVERY_ORDER = ("$SLURM_TMPDIR", "$TMPDIR", "/dev/shm")
-OWNER_FILE = ".sea-owner"
 
 
 @dataclass
@@ -53,6 +52,7 @@ class Tier:
     used: int = 0  # measured bytes of finished node directories still held here
     reserved: int = 0  # estimates for nodes running here
     stats: TierStats = field(default_factory=TierStats)
+    private: PrivateDir | None = None  # Sea's directory on a fast tier, held open
 
     def free_space(self) -> int:
         return psutil.disk_usage(str(self.root)).free
@@ -108,6 +108,7 @@ class StorageHierarchy:
             if not root.is_dir():
                 raise SeaConfigError(f"{where}: path {spec.path!r} is not a directory; give a directory on node-local storage")
             root = root.resolve()
+            _refuse_writable_by_others(root, spec.path, where)
             if root == home or home in root.parents:
                 raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the workflow's base_dir")
             dev = _device(root)
@@ -127,31 +128,39 @@ class StorageHierarchy:
         for i, (spec, root, capacity, where) in enumerate(checked):
             for stale in remove_dead_private_dirs(root):
                 logger.warning("[Sea] removed %s, left by a run that was killed", stale)
-            private = None
             try:
-                private = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
-                (private / OWNER_FILE).write_text(f"{os.getpid()} {socket.gethostname()} {home}\n")
+                private = PrivateDir.create(root, owner=f"{os.getpid()} {socket.gethostname()} {home}")
             except OSError as exc:  # writable by its mode, yet not (/proc, a full or read-only filesystem)
-                for made in [*(t.workdir for t in tiers), private]:
-                    if made is not None:
-                        shutil.rmtree(made, ignore_errors=True)
+                for made in tiers:
+                    made.private.remove_all()
                 raise SeaConfigError(f"{where}: cannot create Sea's directory in {spec.path!r} ({exc.strerror}); choose a directory you can write to") from None
-            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private, capacity=capacity))
+            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private.path, capacity=capacity, private=private))
         return cls(tiers, Tier(name=f"home:{home}", root=home, workdir=home, is_home=True))
 
     def close(self) -> None:
         """Remove Sea's private directories (what a 'keep' rule left there stays, and is logged)."""
         for tier in self.fast_tiers:
-            leftovers = [
-                Path(root, name)
-                for root, _dirs, files in os.walk(tier.workdir)
-                for name in files
-                if Path(root, name) != tier.workdir / OWNER_FILE
-            ]
-            if leftovers:
+            if tier.private.closed:
+                continue  # removed by an earlier close
+            leftovers = tier.private.files()
+            if leftovers:  # held open still: a node that was running there may yet be removed
                 logger.warning("[Sea] %s keeps %d entries by rule in %s", tier.name, len(leftovers), tier.workdir)
                 continue
-            shutil.rmtree(tier.workdir, ignore_errors=True)
+            tier.private.remove_all()
+
+    def check(self, tier: Tier) -> None:
+        """Raise :class:`~sea.private.SeaTierSwapped` if ``tier``'s private directory was swapped."""
+        if tier.private is not None:
+            tier.private.check()
+
+    def remove(self, path: Path) -> None:
+        """Delete ``path``: inside a tier through Sea's descriptor of its private directory (never
+        a link followed out of it), in the home as ``rmtree`` does. A missing path is no error."""
+        for tier in self.fast_tiers:
+            if tier.private.contains(path):
+                tier.private.remove(path)
+                return
+        shutil.rmtree(path, ignore_errors=True)
 
     # -------------------------------------------------------------- accounting
     def choose(self, estimate: int, exclude: set[str] = frozenset()) -> Tier:
@@ -263,6 +272,34 @@ def _refuse_planted(path: Path, written: str, where: str) -> None:
             f"{where}: {written!r} in the world-writable {str(path.parent)!r} belongs to uid {st.st_uid}, not to you; "
             "remove it or choose another path"
         )
+
+
+def _refuse_writable_by_others(root: Path, written: str, where: str) -> None:
+    """Whoever can write a directory can rename what is in it: another user who can write the tier
+    root, or any directory above it, could swap Sea's private directory for a link to theirs (and
+    have this user's nodes run there, its pickles read from there). So the tier root and every
+    directory above it must belong to this user or to root and be writable by no one else, unless it
+    is sticky (``/dev/shm``, ``/tmp``: there only an entry's owner may rename it) and owned by root
+    or this user. ``root`` is already resolved: no link is left in it."""
+    me = os.getuid()
+    for directory in (root, *root.parents):
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return  # unreadable or gone: the caller's own checks say so
+        shared = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if st.st_uid not in (me, 0):
+            raise SeaConfigError(
+                f"{where}: {written!r} is not safe on a shared node: {str(directory)!r} belongs to uid {st.st_uid}, "
+                "who could swap Sea's directory under it; use a directory of your own outside theirs"
+            )
+        if shared and not st.st_mode & stat.S_ISVTX:
+            who = "every user" if st.st_mode & stat.S_IWOTH else f"group {st.st_gid}"
+            raise SeaConfigError(
+                f"{where}: {written!r} is not safe on a shared node: {str(directory)!r} is writable by {who}, "
+                f"who could swap Sea's directory under it; use a directory only you can write (chmod go-w {str(directory)!r}, "
+                "or a directory of your own in /dev/shm or $SLURM_TMPDIR)"
+            )
 
 
 def _device(path: Path) -> int:

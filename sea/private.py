@@ -1,0 +1,168 @@
+"""Sea's private directory on a tier, held by file descriptor.
+
+On a shared node a tier's parent directory (``/dev/shm``, ``/tmp``) is writable by every user. Sea
+works in a directory of its own there, made by :func:`tempfile.mkdtemp` (mode 0700, an unpredictable
+name), and holds it open from the moment it exists. Every removal goes through that descriptor and
+never follows a link (``openat`` with ``O_NOFOLLOW`` component by component), so nothing Sea deletes
+can be outside the directory it created, whatever was planted or renamed meanwhile; and the path is
+checked against the descriptor (``st_dev``/``st_ino``) before nodes are sent into it, so a directory
+swapped under it is refused, never followed.
+
+>>> import tempfile, pathlib
+>>> root = pathlib.Path(tempfile.mkdtemp())
+>>> private = PrivateDir.create(root, owner="1 host /home")
+>>> (private.path / "wf" / "node").mkdir(parents=True)
+>>> private.remove(private.path / "wf")
+>>> private.check(); sorted(p.name for p in private.path.iterdir())
+['.sea-owner']
+>>> private.close(); root.rmdir()
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+OWNER_FILE = ".sea-owner"
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SeaTierSwapped(RuntimeError):
+    """Sea's private directory on a tier is no longer the one it created."""
+
+
+class PrivateDir:
+    """A directory Sea created and holds open; see the module's docstring."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path = path
+        self.fd = fd
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    @classmethod
+    def create(cls, root: Path, owner: str) -> PrivateDir:
+        path = Path(tempfile.mkdtemp(prefix="sea-", dir=root))  # 0700, unpredictable
+        try:
+            fd = os.open(path, _OPEN_DIR)
+        except OSError:
+            os.rmdir(path)
+            raise
+        private = cls(path, fd)
+        try:
+            private.check()  # swapped between mkdtemp and open
+            made = os.open(OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
+            with os.fdopen(made, "w") as f:
+                f.write(owner + "\n")
+        except BaseException:
+            private.remove_all()
+            raise
+        return private
+
+    def check(self) -> None:
+        """Raise :class:`SeaTierSwapped` unless ``path`` is still the directory held open."""
+        try:
+            st = os.lstat(self.path)
+        except OSError as exc:
+            raise SeaTierSwapped(f"Sea's directory {str(self.path)!r} is gone ({exc.strerror}); was the tier emptied or unmounted?") from None
+        if stat.S_ISLNK(st.st_mode) or (st.st_dev, st.st_ino) != self.identity:
+            raise SeaTierSwapped(
+                f"Sea's directory {str(self.path)!r} was replaced by another "
+                f"({'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'a different directory'}): someone who can write "
+                f"{str(self.path.parent)!r} swapped it; Sea stops rather than follow it"
+            )
+
+    def contains(self, path: Path) -> bool:
+        return path == self.path or self.path in Path(path).parents
+
+    def remove(self, path: Path) -> None:
+        """Delete ``path`` (a file, link or tree) inside this directory, through the descriptor:
+        never a link followed, never anything outside. A path already gone is no error."""
+        parts = Path(path).relative_to(self.path).parts
+        if not parts:
+            raise ValueError("remove_all() removes the directory itself")
+        if self.closed:
+            return  # removed whole already
+        fd = os.dup(self.fd)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, _OPEN_DIR, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            _remove_at(fd, parts[-1])
+        except OSError:
+            pass  # gone, not a directory, not ours to remove: left, as rmtree(ignore_errors=True) leaves it
+        finally:
+            os.close(fd)
+
+    def remove_all(self) -> None:
+        """Remove everything inside, then the directory itself (if it is still ours), and let go of it."""
+        if self.closed:
+            return
+        for name in os.listdir(self.fd):
+            _remove_at(self.fd, name)
+        try:
+            self.check()
+            os.rmdir(self.path)
+        except (SeaTierSwapped, OSError):
+            pass  # swapped or gone: the name is not ours to remove
+        self.close()
+
+    def files(self) -> list[str]:
+        """Every file left inside (relative paths), the owner file aside, read through the descriptor."""
+        found: list[str] = []
+        _walk_at(self.fd, "", found)
+        return [f for f in found if f != OWNER_FILE]
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _remove_at(dir_fd: int, name: str) -> None:
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        _ignore_missing(os.unlink, name, dir_fd)
+        return
+    try:
+        fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (st.st_dev, st.st_ino):
+            return  # changed between the look and the open: leave it
+        for entry in os.listdir(fd):
+            _remove_at(fd, entry)
+    finally:
+        os.close(fd)
+    _ignore_missing(os.rmdir, name, dir_fd)
+
+
+def _walk_at(dir_fd: int, prefix: str, found: list[str]) -> None:
+    for name in os.listdir(dir_fd):
+        st = os.lstat(name, dir_fd=dir_fd)
+        if stat.S_ISDIR(st.st_mode):
+            fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+            try:
+                _walk_at(fd, f"{prefix}{name}/", found)
+            finally:
+                os.close(fd)
+        else:
+            found.append(prefix + name)
+
+
+def _ignore_missing(op, name: str, dir_fd: int) -> None:
+    try:
+        op(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
