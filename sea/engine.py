@@ -58,7 +58,7 @@ from .probe import remembered
 from .report import RunReport, TierReport, peak_concurrent_bytes
 from .resume import RerunPlan, checkpoint_identity, plan_rerun
 from .sizes import format_size
-from .stager import CHECKPOINT, DECLARED, KEPT, TMP_MARK, FlushBatch, Stager, sweep_temporaries
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, Stager, sweep_temporaries, temporary_name
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -683,7 +683,7 @@ class SeaEngine:
             self.journal.write("committed", key, files=[])  # a sink that ran at home wrote its outputs itself
         if p.staging_root is not None:
             files = []
-            for src in _walk_files(p.staging_root):
+            for src in _walk_files(p.staging_root, empty_dirs=True):
                 dst = Path("/") / src.relative_to(p.staging_root)
                 mode = self._mode(self._rule_path(dst), Mode.MOVE)
                 if mode.flushes:
@@ -694,7 +694,7 @@ class SeaEngine:
             return
         default = Mode.COPY if node.checkpoint else Mode.REMOVE
         files, all_files = [], 0
-        copy_dir = p.logical.parent / f".{p.logical.name}{TMP_MARK}dir"
+        copy_dir = p.logical.parent / temporary_name(p.logical.name, "dir")
         for src, rel in self._node_files(node):
             all_files += 1
             mode = self._mode(f"{key}/{rel}", default)
@@ -720,12 +720,12 @@ class SeaEngine:
         p = node.placement
         separate = self._separate_parts(node)
         links = {p.physical / Path(part.spec.key).relative_to(node.spec.key) for part in separate}
-        for src in _walk_files(p.physical):
+        for src in _walk_files(p.physical, empty_dirs=True):
             if src not in links:
                 yield src, src.relative_to(p.physical)
         for part in separate:
             prefix = Path(part.spec.key).relative_to(node.spec.key)
-            for src in _walk_files(part.placement.physical):
+            for src in _walk_files(part.placement.physical, empty_dirs=True):
                 yield src, prefix / src.relative_to(part.placement.physical)
 
     def _submit(self, node: _Node, batch: FlushBatch, priority: int = DECLARED) -> None:
@@ -950,7 +950,7 @@ class SeaEngine:
                         self._drop_placement(node)
                     continue
                 if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
-                    copy = node.placement.logical.parent / f".{node.placement.logical.name}{TMP_MARK}dir"
+                    copy = node.placement.logical.parent / temporary_name(node.placement.logical.name, "dir")
                     files = [(f, copy / rel) for f, rel in self._node_files(node)]
                     if not files:  # stopped before it wrote anything: nothing to inspect
                         self._drop_placement(node)
@@ -1037,7 +1037,7 @@ def _swap_in(copy: Path, logical: Path) -> None:
     earlier run left there (which the engine would have emptied to run the node again there)."""
     old = None
     if os.path.lexists(logical):
-        old = logical.parent / f".{logical.name}{TMP_MARK}old"
+        old = logical.parent / temporary_name(logical.name, "old")
         shutil.rmtree(old, ignore_errors=True)
         os.rename(logical, old)
     os.rename(copy, logical)
@@ -1057,7 +1057,9 @@ def disk_usage(path: Path) -> tuple[int, int]:
     return total, files
 
 
-def _walk_files(root: Path):
+def _walk_files(root: Path, empty_dirs: bool = False):
+    """Every file and link under ``root``, not following links; ``empty_dirs``: and every empty
+    directory below it (MultiProc's DataSink and Nipype's node directories keep them)."""
     stack = [root]
     while stack:
         current = stack.pop()
@@ -1065,6 +1067,8 @@ def _walk_files(root: Path):
             entries = list(os.scandir(current))
         except (FileNotFoundError, NotADirectoryError):
             continue
+        if empty_dirs and not entries and current != root:
+            yield current
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 stack.append(Path(entry.path))

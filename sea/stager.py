@@ -19,6 +19,7 @@ waited for.
 from __future__ import annotations
 
 import errno
+import hashlib
 import itertools
 import logging
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 logger = logging.getLogger("sea")
 
 TMP_MARK = ".sea-tmp-"
+NAME_MAX = 255  # bytes in one file name, on every Linux filesystem a home or a tier lives on
 DECLARED, KEPT, CHECKPOINT = 0, 1, 2  # priorities, the lowest first: see the module's docstring
 TRANSIENT = {errno.EIO, errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.EINTR, errno.ESTALE}  # ESTALE: NFS
 
@@ -45,11 +47,26 @@ class Yielded(Exception):
     """A copy stopped part-way by its ``interrupt`` (its temporary file removed): see :class:`Stager`."""
 
 
+def temporary_name(name: str, tag: str) -> str:
+    """The hidden name under which ``name`` is written before it is renamed into place:
+    ``.NAME.sea-tmp-TAG``, or, where that would pass the 255 bytes a file name may have (the user's
+    name may use them all), ``.sea-tmp-TAG-`` and a hash of the name."""
+    full = f".{name}{TMP_MARK}{tag}"
+    if len(os.fsencode(full)) <= NAME_MAX:
+        return full
+    return f"{TMP_MARK}{tag}-{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
+
+
 def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
     """Copy ``src`` to ``dst`` through a temporary name; returns the bytes copied. ``interrupt``
     is asked between chunks: if it says so, the copy stops, leaves nothing, and raises :class:`Yielded`."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}{TMP_MARK}{secrets.token_hex(4)}"
+    if src.is_dir() and not src.is_symlink():  # an empty directory: it is part of the outputs too
+        dst.mkdir(exist_ok=True)
+        shutil.copystat(src, dst)
+        fsync_dir(dst.parent)
+        return 0
+    tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
     try:
         if src.is_symlink():
             os.symlink(os.readlink(src), tmp)
@@ -111,7 +128,7 @@ class FlushBatch:
     key: str
     files: list[tuple[Path, Path]]  # (source on a tier, destination at home)
     on_done: Callable[[FlushBatch], None]
-    committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns)
+    committed: list[tuple[Path, int, int]] = field(default_factory=list)  # (dst, size, mtime_ns) as lstat gives them
     errors: list[str] = field(default_factory=list)
     retries: int = 0  # attempts that failed and were tried again
     timings: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds) of each file copied
@@ -121,7 +138,7 @@ class FlushBatch:
 
     @property
     def bytes(self) -> int:
-        return sum(size for _, size, _ in self.committed)
+        return sum(size for size, _ in self.timings)
 
 
 class Stager:
@@ -233,8 +250,8 @@ class Stager:
                 size = atomic_copy(src, dst, interrupt)
                 seconds = time.perf_counter() - start
                 st = dst.lstat()
-                with batch._lock:
-                    batch.committed.append((dst, size, st.st_mtime_ns))
+                with batch._lock:  # as a rerun will find it (a link's size is its target's length)
+                    batch.committed.append((dst, st.st_size, st.st_mtime_ns))
                     batch.timings.append((size, seconds))
                 break
             except Yielded:
