@@ -24,6 +24,7 @@ from sea.engine import sweep_partial_copies
 from sea.interrupt import StopSignals
 from sea.journal import Journal
 from sea.locality import LocalityPlanner
+from sea.lock import RunLock
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
 from sea.report import RunReport, merge_reports
 
@@ -121,8 +122,8 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         if config_.prefetch.enabled:  # a worker is chosen at submission: none is known ahead to copy to
             logger.warning("[Sea] prefetch is not done under SeaDask yet (SeaMultiProc and Pydra's SeaWorker do it); the run goes on without it")
         specs = node_specs(graph, home, config_.sinks)
-        sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
-        with self.dask.client() as client:
+        with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
+            sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
             self._client = client
             client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
             self._address = self._workers_now()

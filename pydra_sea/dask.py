@@ -34,6 +34,7 @@ from sea.dask_options import DaskOptions
 from sea.engine import sweep_partial_copies
 from sea.journal import Journal
 from sea.locality import WorkerRow
+from sea.lock import RunLock
 from sea.report import RunReport, combine_tiers, merge_reports
 from sea.tiers import StorageHierarchy
 
@@ -117,9 +118,10 @@ class DaskRun:
     _ids: count = field(default_factory=count)
 
     def __enter__(self) -> DaskRun:
-        sweep_partial_copies(WorkflowGraph(), self.home, logger)  # before any worker flushes
-        self.client = self._stack.enter_context(self.options.client())
+        self._stack.enter_context(RunLock.acquire(self.home))  # one run per home
         try:
+            sweep_partial_copies(WorkflowGraph(), self.home, logger)  # before any worker flushes
+            self.client = self._stack.enter_context(self.options.client())
             self.client.run(check_storage, self.sea, str(self.home))
         except BaseException:
             self._stack.close()

@@ -21,6 +21,7 @@ from .model import Bandwidth, TierModel
 from .plan import Plan, describe, load_target, make_plan
 from .plot import plot_timeline
 from .probe import cached_probe
+from .recover import kept_directories, recover
 from .report import RunReport
 from .resume import CACHE_CHECK, CHANGED, EVICTED, plan_rerun
 from .sizes import format_size
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--json", action="store_true", help="print the JSON as is")
     report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib)")
     sub.add_parser("config-docs", help="print the configuration reference (docs/configuration.md) in Markdown")
+    rescue = sub.add_parser("recover", help="copy home what a run kept on a tier after its flush failed (see the report's KEPT lines)")
+    rescue.add_argument("paths", nargs="+", metavar="DIR", help="a kept sea-* directory, or a tier root holding some")
     probe = sub.add_parser("probe", help="measure the read/write bandwidth of directories (cached per host)")
     probe.add_argument("paths", nargs="+")
     probe.add_argument("--fresh", action="store_true", help="measure again instead of using the cache")
@@ -56,6 +59,15 @@ def main(argv: list[str] | None = None) -> int:
             for path in args.paths:
                 bw = cached_probe(Path(path), fresh=args.fresh)
                 print(f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s")
+            return 0
+        if args.command == "recover":
+            for path in args.paths:
+                for directory in kept_directories(Path(path)):
+                    try:
+                        print(recover(directory).to_text())
+                    except OSError as exc:  # the home still full, or unreachable: nothing is lost, try again later
+                        print(f"sea: error: {directory}: {exc.strerror or exc} ({exc.filename}); what is not home yet stays there", file=sys.stderr)
+                        return 1
             return 0
         if args.command == "plan":
             print(_rerun_plan(args) if args.rerun else _plan(args).to_text())

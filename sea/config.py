@@ -303,8 +303,14 @@ def check_choice(value: Any, what: str, choices: list[str]) -> str:
     return value
 
 
+MIN_CAPACITY = 2**20  # a node directory holds at least its engine's own files: a few KiB to a few hundred
+
+
 def no_room(where: str, capacity: str) -> SeaConfigError:
-    return SeaConfigError(f"{where}: capacity {capacity!r} leaves no room; give a positive size")
+    return SeaConfigError(
+        f"{where}: capacity {capacity!r} leaves no room for a single node directory (at least 1 MiB); "
+        "give a size such as 4GiB or a share such as 80%"
+    )
 
 
 def _read_yaml(path: Path) -> Any:
@@ -384,7 +390,7 @@ def _parse_tiers(value: Any, what: str) -> tuple[TierSpec, ...] | None:
                 size = parse_size(capacity) if share is None else None
             except ValueError as exc:
                 raise SeaConfigError(f"{where}: capacity {exc}, or a share like '80%'") from None
-            if size == 0:
+            if size is not None and size < MIN_CAPACITY:
                 raise no_room(where, capacity)
         tiers.append(TierSpec(path=check_vars(item["path"], f"{where}.path"), capacity=capacity))
     return tuple(tiers)
@@ -431,6 +437,11 @@ def _parse_threads(value: Any, what: str) -> int:
 def _parse_report(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip() or "\0" in value:
         raise SeaConfigError(f"{what} must be a file name such as 'sea-report.json', not {value!r}")
+    if Path(value).is_absolute() or ".." in Path(value).parts:
+        raise SeaConfigError(
+            f"{what} {value!r} would be written outside the home (base_dir); give a path inside it such as "
+            "'sea-report.json' or 'reports/sea.json' (copy it elsewhere after the run if you need it there)"
+        )
     return value
 
 

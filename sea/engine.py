@@ -52,6 +52,7 @@ from .config import Checkpoints, Mode, Rule, SeaConfig, SeaConfigError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
+from .lock import RunLock
 from .ordering import order_ready
 from .prefetch import Prefetcher
 from .probe import remembered
@@ -66,6 +67,7 @@ MAX_SAMPLES = 4000  # points kept in the report's tier-usage timeline
 HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
 JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a rerun (sea.journal)
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
+EACCES_TEXT = (os.strerror(errno.EACCES), f"[Errno {errno.EACCES}]")  # a program not run: a noexec tier
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
 
@@ -160,29 +162,38 @@ class SeaEngine:
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
-        self.hierarchy = StorageHierarchy.build(config, self.home)
-        self.machine = machine
-        self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
-        self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
-        self.estimator = SizeEstimator.load(self._history, config.default_node_size)
-        self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor)
-        self.stager = Stager(config.stager_threads)
-        self.journal = Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl")))
-        self.report = RunReport()
-        self.graph = WorkflowGraph.from_specs([])
-        self._nodes: dict[str, _Node] = {}
-        self._skip: set[str] = set()
-        self._created_dirs: set[Path] = set()
-        self._known_dirs: set[Path] = set()  # directories of the home known to exist
-        self._fresh: set[str] = set()  # nodes with nothing in the home: their path needs no clearing
-        self._home_dirs: set[str] = set()  # nodes with a directory in the home before the run: never removed
-        self.rerun_plan = RerunPlan()
-        self._wake = on_event or (lambda: None)
-        self._relocate = relocate
-        self._lock = self.hierarchy.lock
-        self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
-        self._start = time.monotonic()
-        self._closed = False
+        # one run per home: an engine of several (one per machine) is covered by its run's client
+        self._run_lock = RunLock.acquire(self.home) if machine is None else None
+        self.hierarchy = None
+        try:  # a start that fails leaves neither the lock nor a directory on a tier
+            self.hierarchy = StorageHierarchy.build(config, self.home)
+            self.machine = machine
+            self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
+            self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
+            self.estimator = SizeEstimator.load(self._history, config.default_node_size)
+            self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor)
+            self.stager = Stager(config.stager_threads)
+            self.journal = Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl")))
+            self.report = RunReport()
+            self.graph = WorkflowGraph.from_specs([])
+            self._nodes: dict[str, _Node] = {}
+            self._skip: set[str] = set()
+            self._created_dirs: set[Path] = set()
+            self._known_dirs: set[Path] = set()  # directories of the home known to exist
+            self._fresh: set[str] = set()  # nodes with nothing in the home: their path needs no clearing
+            self._home_dirs: set[str] = set()  # nodes with a directory in the home before the run: never removed
+            self.rerun_plan = RerunPlan()
+            self._wake = on_event or (lambda: None)
+            self._relocate = relocate
+            self._lock = self.hierarchy.lock
+            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
+            self._start = time.monotonic()
+            self._closed = False
+        except BaseException:
+            if self.hierarchy is not None:
+                self.hierarchy.close()
+            self._release_lock()
+            raise
         self.log.info("[Sea] tiers: %s", self.hierarchy.describe())
 
     # ---------------------------------------------------------------- graph
@@ -546,17 +557,25 @@ class SeaEngine:
         self.estimator.learn(part.spec.kind, part.size)
 
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
-        """A node failed: if it ran out of space on a fast tier, place it on the next tier and
-        return the new placement so the adapter reruns it; otherwise ``None``."""
+        """A node failed: if it ran out of space on a fast tier, or could not run a program from
+        its directory on a tier mounted ``noexec`` (where the engine's own plugin, in the home,
+        would have), place it on the next tier and return the new placement so the adapter reruns
+        it; otherwise ``None``."""
         with self._lock:
             node = self._nodes.get(key)
             p = node.placement if node else None
-            if p is None or p.tier.is_home or not any(t in error_text for t in ENOSPC_TEXT):
+            if p is None or p.tier.is_home:
                 return None
-            self.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
-            self.report.enospc_retries += 1
+            if any(t in error_text for t in ENOSPC_TEXT):
+                self.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
+                self.report.enospc_retries += 1
+                self.estimator.learn(node.spec.kind, 2 * p.reserved)
+            elif p.tier.noexec and any(t in error_text for t in EACCES_TEXT):
+                self.log.warning("[Sea] %s could not run a program on %s, mounted noexec; rerunning it on the next tier", key, p.tier.name)
+                self.report.noexec_retries += 1
+            else:
+                return None
             node.tried.add(p.tier.name)
-            self.estimator.learn(node.spec.kind, 2 * p.reserved)
             self._drop_placement(node)
             node.state = State.WAITING
             return self.place(key, link=link)
@@ -571,6 +590,7 @@ class SeaEngine:
             self.report.nodes_failed += 1
             p = node.placement
             if p is not None:
+                self.hierarchy.check(p.tier)  # it failed because its tier went: say that, not its traceback
                 node.size, _ = disk_usage(p.physical)
                 self.hierarchy.settle(p.tier, p.reserved, node.size)
         self._reader_done(key)
@@ -965,8 +985,11 @@ class SeaEngine:
         with self._lock:
             for key in self._nodes:
                 self._maybe_evict(key)
-            # a sink's outputs wait in its staging area; any other node's, in its directory
-            kept = [n.placement.staging or n.placement.physical for n in self._nodes.values() if n.flush_failed and n.placement]
+            # a sink's outputs wait in its staging area (which mirrors absolute paths); any other node's, in its directory
+            failed = [n.placement for n in self._nodes.values() if n.flush_failed and n.placement and not n.placement.tier.is_home]
+            kept = {p.staging_root: Path("/") for p in failed if p.staging_root is not None}
+            kept |= {p.physical: p.logical for p in failed if p.staging_root is None}
+            by_rule = [n.placement.physical for n in self._nodes.values() if n.keep and n.placement and not n.placement.tier.is_home]
         self.stager.close()
         if self.prefetcher is not None:
             self.prefetcher.close()
@@ -991,14 +1014,16 @@ class SeaEngine:
         if self.checkpoints.cost.measured:
             self.estimator.copy_home = self.checkpoints.cost.to_dict()
         self.estimator.save(self._history)
+        self.report.kept_dirs = [str(d) for d in self.hierarchy.close(kept, by_rule, reason="their flush home failed" if kept else "")]
         self.report.to_json(self._report_path)
-        if not kept:
-            self.hierarchy.close()
+        self._release_lock()
         self.log.info("%s", self.report.to_text())
         if self.report.flush_errors:
+            where = [str(p.staging or p.physical) for p in failed]
             raise SeaFlushError(
                 f"{len(self.report.flush_errors)} output(s) could not be committed home, first: "
-                f"{self.report.flush_errors[0]}; the fast-tier copies are kept in {', '.join(map(str, kept))}"
+                f"{self.report.flush_errors[0]}; the fast-tier copies are kept in {', '.join(where)}"
+                + (f"; once the home is fixed, `sea recover {' '.join(self.report.kept_dirs)}` brings them home" if self.report.kept_dirs else "")
             )
         return self.report
 
@@ -1012,6 +1037,12 @@ class SeaEngine:
             self.prefetcher.close()
         self.journal.close()
         self.hierarchy.close()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._run_lock is not None:
+            self._run_lock.release()
+            self._run_lock = None
 
     def _copy_cost_prior(self) -> CopyCost:
         """What copying home cost in the last run here, else what ``sea probe`` measured of the home

@@ -14,11 +14,15 @@ above makes safe.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+logger = logging.getLogger("sea")
+EVENTS = {"started", "done", "committed", "evicted", "checkpointed", "forgotten", "interrupted"}
 
 
 @dataclass
@@ -43,8 +47,11 @@ class Journal:
         self.records: dict[str, NodeRecord] = {}
         self.stopped: dict | None = None  # this session's "interrupted" record: kept by the compaction
         self._lock = threading.Lock()
-        if path.exists():
-            self._replay()
+        damaged = self._replay() if path.exists() else []
+        if damaged:
+            shown = ", ".join(map(str, damaged[:5])) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+            logger.warning("[Sea] %s: line(s) %s damaged, skipped (their nodes may run again); the journal is rewritten without them", path, shown)
+            self._compact()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
         self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
@@ -74,33 +81,50 @@ class Journal:
             reader._replay()
         return reader.records
 
-    def _replay(self) -> None:
-        with open(self.path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    self._apply(json.loads(line))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                    continue  # a torn last line after a kill
+    def _replay(self) -> list[int]:
+        """Apply every record; returns the numbers of the damaged lines, which are skipped (a
+        journal only spares recomputation: without a record, a node runs again). A torn last line,
+        what a kill mid-write leaves, is skipped without a word."""
+        damaged = []
+        with open(self.path, "rb") as fh:  # bytes: one bad byte costs its line, not the journal
+            lines = fh.readlines()
+        for number, raw in enumerate(lines, 1):
+            try:
+                self._apply(json.loads(raw.decode("utf-8")))
+            except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+                if raw.endswith(b"\n") or number < len(lines):
+                    damaged.append(number)
+        return damaged
 
     def _apply(self, entry: dict) -> None:
+        """One record, checked whole before it changes anything (ValueError, TypeError, KeyError if damaged)."""
         key, event = entry["key"], entry["event"]
+        if not isinstance(key, str) or event not in EVENTS:
+            raise ValueError(f"not a journal record: {entry!r}")
         if event == "interrupted":  # about the run, not a node
             return
-        rec = self.records.setdefault(key, NodeRecord())
         if event == "started":
-            self.records[key] = NodeRecord(chain=entry["chain"])
-        elif event == "done":
-            rec.chain, rec.done = entry["chain"], True
-            rec.reads = {path: (int(size), int(mtime)) for path, (size, mtime) in entry.get("reads", {}).items()}
+            self.records[key] = NodeRecord(chain=_text(entry["chain"]))
+            return
+        if event == "forgotten":
+            self.records.pop(key, None)
+            return
+        if event == "done":
+            chain = _text(entry["chain"])
+            reads = {_text(path): (int(size), int(mtime)) for path, (size, mtime) in entry.get("reads", {}).items()}
+            rec = self.records.setdefault(key, NodeRecord())
+            rec.chain, rec.done, rec.reads = chain, True, reads
         elif event == "committed":
+            files = {_text(dst): (int(size), int(mtime)) for dst, size, mtime in entry["files"]}
+            rec = self.records.setdefault(key, NodeRecord())
             rec.flushed = True
-            rec.committed.update({dst: (size, mtime) for dst, size, mtime in entry["files"]})
+            rec.committed.update(files)
         elif event == "evicted":
-            rec.evicted = True
+            self.records.setdefault(key, NodeRecord()).evicted = True
         elif event == "checkpointed":
-            rec.checkpoint, rec.needs = int(entry["mtime_ns"]), tuple(entry.get("needs", ()))
-        elif event == "forgotten":
-            del self.records[key]
+            checkpoint, needs = int(entry["mtime_ns"]), tuple(_text(n) for n in entry.get("needs", ()))
+            rec = self.records.setdefault(key, NodeRecord())
+            rec.checkpoint, rec.needs = checkpoint, needs
 
     def get(self, key: str) -> NodeRecord | None:
         return self.records.get(key)
@@ -121,16 +145,25 @@ class Journal:
             self._lines.put(None)
             self._writer.join()
             self._file.close()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for key, rec in sorted(self.records.items()):
-                    for entry in _entries(key, rec):
-                        fh.write(json.dumps(entry, sort_keys=True) + "\n")
-                if self.stopped is not None:
-                    fh.write(json.dumps(self.stopped, sort_keys=True) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            self._compact()
+
+    def _compact(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for key, rec in sorted(self.records.items()):
+                for entry in _entries(key, rec):
+                    fh.write(json.dumps(entry, sort_keys=True) + "\n")
+            if self.stopped is not None:
+                fh.write(json.dumps(self.stopped, sort_keys=True) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
 
 
 def _entries(key: str, rec: NodeRecord) -> list[dict]:

@@ -20,12 +20,14 @@ swapped under it is refused, never followed.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
 
 OWNER_FILE = ".sea-owner"
+KEPT_FILE = ".sea-kept"  # what a run kept here on purpose, and where it belongs: see mark_kept
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -66,7 +68,15 @@ class PrivateDir:
         try:
             st = os.lstat(self.path)
         except OSError as exc:
-            raise SeaTierSwapped(f"Sea's directory {str(self.path)!r} is gone ({exc.strerror}); was the tier emptied or unmounted?") from None
+            raise SeaTierSwapped(
+                f"Sea's directory {str(self.path)!r} is gone ({exc.strerror}): the tier was emptied or unmounted under the run; "
+                "what was committed home stays, and the same command resumes the run"
+            ) from None
+        if not stat.S_ISLNK(st.st_mode) and st.st_dev != self.identity[0]:
+            raise SeaTierSwapped(
+                f"Sea's directory {str(self.path)!r} is no longer on the filesystem it was made on: the tier was unmounted under "
+                "the run; what was committed home stays, and the same command resumes the run"
+            )
         if stat.S_ISLNK(st.st_mode) or (st.st_dev, st.st_ino) != self.identity:
             raise SeaTierSwapped(
                 f"Sea's directory {str(self.path)!r} was replaced by another "
@@ -110,11 +120,20 @@ class PrivateDir:
             pass  # swapped or gone: the name is not ours to remove
         self.close()
 
+    def mark_kept(self, record: dict) -> None:
+        """Say, in the directory itself, that what is left in it is kept on purpose (a flush that
+        failed, a ``keep`` rule): no later run removes it, ``sea recover`` brings it home."""
+        made = os.open(KEPT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
+        with os.fdopen(made, "w") as f:
+            json.dump(record, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+
     def files(self) -> list[str]:
         """Every file left inside (relative paths), the owner file aside, read through the descriptor."""
         found: list[str] = []
         _walk_at(self.fd, "", found)
-        return [f for f in found if f != OWNER_FILE]
+        return [f for f in found if f not in (OWNER_FILE, KEPT_FILE)]
 
     @property
     def closed(self) -> bool:

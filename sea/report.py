@@ -58,6 +58,7 @@ class RunReport:
     nodes_failed: int = 0
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
+    noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
     tiers: list[TierReport] = field(default_factory=list)
     bytes_flushed: int = 0
     files_flushed: int = 0
@@ -88,6 +89,7 @@ class RunReport:
     rerun_worst_seconds: float = 0.0  # the most a rerun would recompute (evicted producers) to feed one node ...
     rerun_worst_node: str = ""  # ... that one
     rerun_plan: dict = field(default_factory=dict)  # what Sea's journal said of each node at the start (sea.resume)
+    kept_dirs: list[str] = field(default_factory=list)  # Sea's directories left on the tiers on purpose (sea recover)
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,7 +115,8 @@ class RunReport:
         lines = [
             f"Sea run {status} in {self.makespan_seconds:.1f} s: {self.nodes_total} nodes, "
             f"{self.nodes_run} run, {self.nodes_cached} cached, {self.nodes_failed} failed"
-            + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else ""),
+            + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else "")
+            + (f", {self.noexec_retries} rerun off a noexec tier" if self.noexec_retries else ""),
             f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'nodes':>6} {'spills':>6}",
         ]
         for t in self.tiers:
@@ -155,10 +158,12 @@ class RunReport:
             lines.append(f"  {w.worker[-34:]:<34} {w.nodes_run:>6} {w.local_hit_rate:>12.1%} {format_size(w.bytes_received):>10}")
         for error in self.flush_errors:
             lines.append(f"  FLUSH ERROR: {error}")
+        for kept in self.kept_dirs:
+            lines.append(f"  KEPT on a tier: {kept} (no later run removes it; `sea recover {kept}` brings its copies home)")
         return "\n".join(lines)
 
 
-_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
+_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned")  # fmt: skip

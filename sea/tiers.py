@@ -22,8 +22,8 @@ from pathlib import Path
 
 import psutil
 
-from .config import SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
-from .private import OWNER_FILE, PrivateDir
+from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
+from .private import KEPT_FILE, OWNER_FILE, PrivateDir
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -53,6 +53,7 @@ class Tier:
     reserved: int = 0  # estimates for nodes running here
     stats: TierStats = field(default_factory=TierStats)
     private: PrivateDir | None = None  # Sea's directory on a fast tier, held open
+    noexec: bool = False  # mounted noexec: a node that runs a program from its directory fails here
 
     def free_space(self) -> int:
         return psutil.disk_usage(str(self.root)).free
@@ -108,7 +109,13 @@ class StorageHierarchy:
             if not root.is_dir():
                 raise SeaConfigError(f"{where}: path {spec.path!r} is not a directory; give a directory on node-local storage")
             root = root.resolve()
-            _refuse_writable_by_others(root, spec.path, where)
+            try:
+                _refuse_writable_by_others(root, spec.path, where)
+            except SeaConfigError as unsafe:
+                if config.tiers is not None:
+                    raise
+                logger.warning("[Sea] %s; skipped", unsafe)  # found, not asked for: the run goes on without it
+                continue
             if root == home or home in root.parents:
                 raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the workflow's base_dir")
             dev = _device(root)
@@ -126,27 +133,51 @@ class StorageHierarchy:
 
         tiers: list[Tier] = []
         for i, (spec, root, capacity, where) in enumerate(checked):
-            for stale in remove_dead_private_dirs(root):
+            removed, kept = remove_dead_private_dirs(root)
+            for stale in removed:
                 logger.warning("[Sea] removed %s, left by a run that was killed", stale)
+            for held in kept:
+                logger.warning("[Sea] %s holds files an earlier run kept (see its %s); `sea recover %s` brings them home", held, KEPT_FILE, held)
             try:
                 private = PrivateDir.create(root, owner=f"{os.getpid()} {socket.gethostname()} {home}")
             except OSError as exc:  # writable by its mode, yet not (/proc, a full or read-only filesystem)
                 for made in tiers:
                     made.private.remove_all()
                 raise SeaConfigError(f"{where}: cannot create Sea's directory in {spec.path!r} ({exc.strerror}); choose a directory you can write to") from None
-            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private.path, capacity=capacity, private=private))
+            noexec = bool(os.statvfs(root).f_flag & os.ST_NOEXEC)
+            if noexec:
+                logger.warning(
+                    "[Sea] %s is mounted noexec: a node that runs a program from its own directory fails there and is rerun on the next tier",
+                    spec.path,
+                )
+            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private.path, capacity=capacity, private=private, noexec=noexec))
         return cls(tiers, Tier(name=f"home:{home}", root=home, workdir=home, is_home=True))
 
-    def close(self) -> None:
-        """Remove Sea's private directories (what a 'keep' rule left there stays, and is logged)."""
+    def close(self, kept: dict[Path, Path] | None = None, by_rule: list[Path] = (), reason: str = "") -> list[Path]:
+        """Remove Sea's private directories, but those that hold something kept on purpose: copies
+        whose flush failed (``kept``: each one's path on a tier -> where it belongs) or files a
+        ``keep`` rule left (in the directories ``by_rule``). Those are marked as kept (no later run
+        removes them; ``sea recover`` brings the copies home, removes what only served them and
+        leaves what a rule keeps) and returned."""
+        kept = kept or {}
+        marked = []
         for tier in self.fast_tiers:
             if tier.private.closed:
                 continue  # removed by an earlier close
             leftovers = tier.private.files()
-            if leftovers:  # held open still: a node that was running there may yet be removed
-                logger.warning("[Sea] %s keeps %d entries by rule in %s", tier.name, len(leftovers), tier.workdir)
+            if not leftovers:
+                tier.private.remove_all()
                 continue
-            tier.private.remove_all()
+            # held open still: a node that was running there may yet be removed
+            copies = [{"from": str(src.relative_to(tier.workdir)), "to": str(dst)} for src, dst in kept.items() if tier.private.contains(src)]
+            rule = [str(d.relative_to(tier.workdir)) for d in by_rule if tier.private.contains(d)]
+            tier.private.mark_kept({"home": str(self.home.root), "reason": reason or "kept by a rule", "copies": copies, "rule": rule})
+            logger.warning(
+                "[Sea] %d file(s) kept in %s (%s)%s", len(leftovers), tier.workdir, reason or "by a rule",
+                f"; `sea recover {tier.workdir}` brings them home" if copies else "",
+            )
+            marked.append(tier.workdir)
+        return marked
 
     def check(self, tier: Tier) -> None:
         """Raise :class:`~sea.private.SeaTierSwapped` if ``tier``'s private directory was swapped."""
@@ -218,19 +249,35 @@ def key_in_private_dir(path: Path) -> str | None:
     return None
 
 
-def remove_dead_private_dirs(root: Path) -> list[Path]:
-    """Delete the private directories that runs on this host, now dead, left in ``root``."""
-    removed = []
+def dead_private_dirs(root: Path) -> list[Path]:
+    """The private directories of this user's runs on this host, now dead, in ``root`` (real
+    directories only: a link or another user's directory named like one is not ours)."""
+    found = []
     for candidate in Path(root).glob("sea-*"):
         try:
+            st = os.lstat(candidate)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
             pid, host, *_ = (candidate / OWNER_FILE).read_text().split()
-            if host != socket.gethostname() or psutil.pid_exists(int(pid)) or candidate.stat().st_uid != os.getuid():
+            if host != socket.gethostname() or psutil.pid_exists(int(pid)):
                 continue
         except (OSError, ValueError):
             continue
+        found.append(candidate)
+    return found
+
+
+def remove_dead_private_dirs(root: Path) -> tuple[list[Path], list[Path]]:
+    """Delete what killed runs left in ``root``; returns (removed, kept): a directory marked as
+    kept on purpose (:data:`~sea.private.KEPT_FILE`) is never removed."""
+    removed, kept = [], []
+    for candidate in dead_private_dirs(root):
+        if os.path.lexists(candidate / KEPT_FILE):
+            kept.append(candidate)
+            continue
         shutil.rmtree(candidate, ignore_errors=True)
         removed.append(candidate)
-    return removed
+    return removed, kept
 
 
 def discover_tiers(home: Path) -> list[TierSpec]:
@@ -314,6 +361,6 @@ def _capacity(spec: TierSpec, root: Path, where: str) -> int | None:
         return None
     fraction = parse_fraction(spec.capacity)
     capacity = int(fraction * psutil.disk_usage(str(root)).total) if fraction is not None else parse_size(spec.capacity)
-    if capacity <= 0:
+    if capacity < MIN_CAPACITY:
         raise no_room(where, spec.capacity)
     return capacity

@@ -26,10 +26,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 @contextlib.contextmanager
-def mounted_tmpfs(size: str, parent: str = "/var/tmp"):
-    """A fresh tmpfs of ``size`` (e.g. "8M"), unmounted afterwards even if the test fails."""
+def mounted_tmpfs(size: str, parent: str = "/var/tmp", options: str = ""):
+    """A fresh tmpfs of ``size`` (e.g. "8M"; ``options``, e.g. "noexec"), unmounted afterwards even if the test fails."""
     mountpoint = Path(tempfile.mkdtemp(prefix="sea-test-tmpfs-", dir=parent))
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mountpoint)], capture_output=True, text=True)
+    opts = f"size={size}" + (f",{options}" if options else "")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(mountpoint)], capture_output=True, text=True)
     if result.returncode != 0:
         mountpoint.rmdir()
         pytest.fail(f"cannot mount a tmpfs (the tests need root): {result.stderr.strip()}")

@@ -1,0 +1,132 @@
+"""One Sea run per work directory at a time.
+
+Two runs on one ``base_dir`` (a job resubmitted while the first still runs, two array tasks given
+the same work directory) would sweep each other's temporary copies, replace each other's node
+directories and race on the same outputs. The second run is refused before it touches anything,
+in one line naming the first (host, PID, start), by a lock file in ``base_dir/.sea``: created with
+``O_EXCL`` (atomic on NFS v3+ and Lustre, unlike ``flock`` across machines) and touched every
+:data:`HEARTBEAT` seconds while the run lives. A lock is stale, and taken over with a warning, when
+its holder is known dead: on this host, its PID gone (or reused by a younger process); on another,
+no heartbeat for :data:`STALE_AFTER` seconds.
+
+>>> import tempfile, pathlib
+>>> home = pathlib.Path(tempfile.mkdtemp())
+>>> lock = RunLock.acquire(home)
+>>> RunLock.acquire(home)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+sea.lock.SeaRunLocked: another Sea run is using ... (host ..., PID ..., started ...); ...
+>>> lock.release(); RunLock.acquire(home).release()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from .config import SeaConfigError
+
+logger = logging.getLogger("sea")
+
+LOCK = Path(".sea") / "run.lock"
+HEARTBEAT = 30.0
+STALE_AFTER = 300.0
+
+
+class SeaRunLocked(SeaConfigError):
+    """Another Sea run holds the work directory."""
+
+
+class RunLock:
+    def __init__(self, path: Path, holder: dict):
+        self.path = path
+        self.holder = holder
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="sea-lock", daemon=True)
+        self._beat.start()
+
+    @classmethod
+    def acquire(cls, home: Path) -> RunLock:
+        path = Path(home) / LOCK
+        path.parent.mkdir(parents=True, exist_ok=True)
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(), "created": psutil.Process().create_time()}
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                holder = _read(path)
+                if not _stale(path, holder):
+                    raise SeaRunLocked(_refusal(home, path, holder)) from None
+                if holder.get("pid") != os.getpid():
+                    logger.warning("[Sea] %s was left by a run that is gone (%s); taking it over", path, _who(holder))
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            return cls(path, me)
+        raise SeaRunLocked(_refusal(home, path, _read(path)))
+
+    def release(self) -> None:
+        self._stop.set()
+        if _read(self.path) == self.holder:  # never another run's lock
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT):
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass  # the home unreachable a moment: the next beat tries again
+
+
+def _read(path: Path) -> dict:
+    try:
+        holder = json.loads(path.read_text())
+        return holder if isinstance(holder, dict) else {}
+    except (OSError, ValueError):
+        return {}  # being written this instant, or damaged: judged by its age
+
+
+def _stale(path: Path, holder: dict) -> bool:
+    """Its holder is gone, or is this process (a run in it that ended without closing)."""
+    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        if holder["pid"] == os.getpid():
+            return True
+        try:
+            return psutil.Process(holder["pid"]).create_time() > holder.get("created", 0) + 1  # a younger process, the PID reused
+        except psutil.Error:
+            return True
+    try:
+        return time.time() - path.stat().st_mtime > STALE_AFTER
+    except FileNotFoundError:
+        return True
+
+
+def _who(holder: dict) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder["started"])) if "started" in holder else "?"
+    return f"host {holder.get('host', '?')}, PID {holder.get('pid', '?')}, started {started}"
+
+
+def _refusal(home: Path, path: Path, holder: dict) -> str:
+    return (
+        f"another Sea run is using {home} ({_who(holder)}); wait for it to end or give this run another base_dir "
+        f"(if that run is dead but its host cannot tell, remove {path})"
+    )

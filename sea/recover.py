@@ -1,0 +1,93 @@
+"""``sea recover``: finish the flush of copies a run kept on a tier.
+
+When a declared output cannot be committed home (the home full, over quota, unreachable), Sea ends
+the run with :class:`~sea.SeaFlushError` and keeps the tier's copy, marked as kept (see
+:meth:`sea.private.PrivateDir.mark_kept`) so that no later run removes it. Once the cause is fixed,
+``sea recover DIR`` copies what is there to where it belongs, with the stager's own atomic copy
+(a temporary name, ``fsync``, a rename: a partial file never appears at a final path), and removes
+the directory once everything is home. Files a ``keep`` rule left stay where they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import SeaConfigError
+from .private import KEPT_FILE, OWNER_FILE
+from .stager import atomic_copy
+
+
+@dataclass
+class Recovered:
+    directory: Path
+    files: int = 0
+    bytes: int = 0
+    destinations: set[str] = field(default_factory=set)
+    removed: bool = False
+    left: list[str] = field(default_factory=list)  # kept by a rule: not Sea's to move
+
+    def to_text(self) -> str:
+        where = ", ".join(sorted(self.destinations)) or "nowhere"
+        text = f"{self.directory}: {self.files} file(s) ({self.bytes} bytes) copied home to {where}"
+        if self.removed:
+            return text + f"; {self.directory} removed"
+        return text + f"; {len(self.left)} file(s) kept there by a rule stay"
+
+
+def kept_directories(path: Path) -> list[Path]:
+    """``path`` itself if it is a directory a run kept, else the kept directories in it (a tier root)."""
+    path = Path(path)
+    if os.path.lexists(path / KEPT_FILE):
+        return [path]
+    found = sorted(p for p in path.glob("sea-*") if os.path.lexists(p / KEPT_FILE))
+    if not found:
+        raise SeaConfigError(f"{path} holds nothing a Sea run kept (no {KEPT_FILE} in it, nor in a sea-* directory below it)")
+    return found
+
+
+def recover(directory: Path) -> Recovered:
+    """Copy the kept copies in ``directory`` home; remove it when nothing else is left in it."""
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise SeaConfigError(f"{directory} is not a private directory of yours (a link, another user's, or writable by others): not recovered")
+    record = json.loads((directory / KEPT_FILE).read_text())
+    done = Recovered(directory)
+    for copy in record.get("copies", []):
+        source, target = directory / copy["from"], Path(copy["to"])
+        for src in _entries(source):
+            dst = target / src.relative_to(source) if src != source else target
+            done.bytes += atomic_copy(src, dst)
+            done.files += 1
+        done.destinations.add(str(target))
+    # all home: what is left served only those copies (the nodes' own files), but what a rule keeps
+    rule = [directory / r for r in record.get("rule", [])]
+    done.left = [str(p.relative_to(directory)) for r in rule for p in _entries(r)]
+    if not done.left:
+        shutil.rmtree(directory)
+        done.removed = True
+        return done
+    for entry in os.listdir(directory):
+        path = directory / entry
+        if entry in (OWNER_FILE, KEPT_FILE) or any(path == r or path in r.parents for r in rule):
+            continue
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    record["copies"] = []
+    (directory / KEPT_FILE).write_text(json.dumps(record, indent=1))
+    return done
+
+
+def _entries(root: Path):
+    """Files, links and empty directories under ``root`` (``root`` itself if it is a file)."""
+    if not root.is_dir() or root.is_symlink():
+        yield root
+        return
+    for dirpath, dirs, files in os.walk(root):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            yield Path(dirpath, name)
+        if not dirs and not files and Path(dirpath) != root:
+            yield Path(dirpath)
