@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -88,3 +89,19 @@ def sea_private_dirs(*tier_roots: Path) -> list[Path]:
 def _run_in_tmp(tmp_path, monkeypatch):
     """Nipype writes crash files (and, without base_dir, reports) to the working directory."""
     monkeypatch.chdir(tmp_path)
+
+
+def build_tiers_as(uid: int, gid: int, tiers: list[Path], home: Path) -> list[str]:
+    """For each tier, what ``StorageHierarchy.build`` says when an unprivileged user (``uid``,
+    ``gid``) gives it with ``home``: its one-line refusal, or ``OK``. Run in a child process that
+    imports Sea as root (the interpreter may live under /root) and then drops to the user."""
+    code = (
+        "import os\nfrom sea import SeaConfig, SeaConfigError\nfrom sea.tiers import StorageHierarchy\n"
+        f"os.setgroups([]); os.setgid({gid}); os.setuid({uid})\n"
+        f"for tier in {[str(t) for t in tiers]!r}:\n"
+        f"    try:\n        StorageHierarchy.build(SeaConfig.load({{'tiers': [{{'path': tier}}]}}), {str(home)!r}).close()\n        print('OK')\n"
+        "    except SeaConfigError as e:\n        print(e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()

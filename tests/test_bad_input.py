@@ -16,7 +16,7 @@ import yaml
 from sea import SeaConfig, SeaConfigError
 from sea.tiers import StorageHierarchy
 
-from conftest import sea_private_dirs
+from conftest import build_tiers_as, sea_private_dirs
 from nipype_workflows import build_full, make_subjects, run
 
 
@@ -261,16 +261,7 @@ def test_unwritable_tier_for_a_normal_user(disk_dir, shm_dir):
     hidden.mkdir(mode=0o700)
     (hidden / "tier").mkdir()
     os.chown(disk_dir, 65534, 65534)
-    code = (
-        "import os, sys\nfrom sea import SeaConfig, SeaConfigError\nfrom sea.tiers import StorageHierarchy\n"
-        "os.setgid(65534); os.setuid(65534)\n"
-        f"for tier in ({str(locked)!r}, {str(hidden / 'tier')!r}):\n"
-        f"    try:\n        StorageHierarchy.build(SeaConfig.load({{'tiers': [{{'path': tier}}]}}), {str(disk_dir / 'work')!r})\n"
-        "    except SeaConfigError as e:\n        print(e)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
-    assert result.returncode == 0, result.stderr
-    first, second = result.stdout.splitlines()
+    first, second = build_tiers_as(65534, 65534, [locked, hidden / "tier"], disk_dir / "work")
     assert "is not writable by this user" in first
     assert "cannot access" in second and "Permission denied" in second
 

@@ -18,7 +18,7 @@ from nipype.pipeline.engine import Workflow
 from sea import SeaConfig, SeaConfigError, SeaTierSwapped
 from sea.tiers import StorageHierarchy
 
-from conftest import sea_private_dirs, tree_files
+from conftest import build_tiers_as, sea_private_dirs, tree_files
 from nipype_workflows import build_full, fn, make_subjects, run
 
 
@@ -172,15 +172,8 @@ def test_an_unprivileged_user_is_refused_a_tier_root_can_write(disk_dir, shm_dir
     home = disk_dir / "home"
     home.mkdir()
     os.chown(home, *attacker)
-    code = (  # imported as root (the interpreter lives under /root), then run as the other user
-        "import os\nfrom sea import SeaConfig, SeaConfigError\nfrom sea.tiers import StorageHierarchy\n"
-        f"os.setgroups([]); os.setgid({attacker[1]}); os.setuid({attacker[0]})\n"
-        f"try:\n    StorageHierarchy.build(SeaConfig.load({{'tiers': [{{'path': {str(open_dir)!r}}}]}}), {str(home)!r})\n"
-        "except SeaConfigError as e:\n    print(e)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
-    assert done.returncode == 0, done.stderr
-    assert "is writable by every user" in done.stdout and not list(open_dir.iterdir())
+    (said,) = build_tiers_as(*attacker, [open_dir], home)
+    assert "is writable by every user" in said and not list(open_dir.iterdir())
 
 
 # ------------------------------------------------------------------ a private directory swapped mid-run
