@@ -9,13 +9,16 @@ in one line naming the first (host, PID, start), by a lock file in ``base_dir/.s
 its holder is known dead: on this host, its PID gone (or reused by a younger process); on another,
 no heartbeat for :data:`STALE_AFTER` seconds.
 
->>> import tempfile, pathlib
+>>> import json, tempfile, pathlib
 >>> home = pathlib.Path(tempfile.mkdtemp())
->>> lock = RunLock.acquire(home)
+>>> lock = RunLock.acquire(home); (home / LOCK).exists()
+True
+>>> lock.release(); (home / LOCK).exists()
+False
+>>> _ = (home / LOCK).write_text(json.dumps({"host": "node042", "pid": 4242, "started": 0}))  # another machine's run
 >>> RunLock.acquire(home)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-sea.lock.SeaRunLocked: another Sea run is using ... (host ..., PID ..., started ...); ...
->>> lock.release(); RunLock.acquire(home).release()
+sea.lock.SeaRunLocked: another Sea run is using ... (host node042, PID 4242, started ...); ...
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ swapped under it is refused, never followed.
 >>> private.remove(private.path / "wf")
 >>> private.check(); sorted(p.name for p in private.path.iterdir())
 ['.sea-owner']
->>> private.close(); root.rmdir()
+>>> private.remove_all(); root.rmdir()
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def test_copies_kept_after_a_failed_flush_survive_later_runs_and_are_recovered(d
 
     # another workflow, another process (the failed one is dead): the kept copy stays
     later = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        [sys.executable, "-c", f"import sys; sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]\n"
          "from pathlib import Path\nfrom test_data_loss import sink_workflow\nfrom nipype_workflows import run\n"
          f"run(sink_workflow(Path({str(disk_dir / 'other')!r}), Path({str(disk_dir / 'other-out')!r}), 40), 'SeaMultiProc', {{'tiers': [{{'path': {str(shm_dir)!r}}}]}})"],
         capture_output=True, text=True, cwd=disk_dir,

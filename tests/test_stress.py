@@ -154,11 +154,14 @@ def settled_resources(threads_before: int) -> tuple[int, int, int]:
     """(threads, open fds, child processes) once the threads a run ended have exited: Pydra's
     Submitter closes its event loop, and asyncio's loop.close() shuts its default executor down
     without waiting (SeaWorker closes the core there), so that thread ends a moment later."""
+    import gc
+
     import psutil
 
     deadline = time.monotonic() + 5
     while threading.active_count() > threads_before and time.monotonic() < deadline:
         time.sleep(0.01)
+    gc.collect()  # garbage an earlier test left (a failed run's traceback holding its pool's pipes) is not this run's
     return threading.active_count(), open_fds(), len(psutil.Process().children(recursive=True))
 
 
