@@ -43,6 +43,25 @@ class PrivateDir:
         self.fd = fd
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
+        self.removed = False
+
+    def reopen(self) -> bool:
+        """Hold the directory again after :meth:`close` (something kept there may still be removed
+        later): ``False`` if it is gone or removed, :class:`SeaTierSwapped` if it is another one."""
+        if not self.closed:
+            return True
+        if self.removed:
+            return False
+        try:
+            fd = os.open(self.path, _OPEN_DIR)
+        except OSError:
+            return False
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != self.identity:
+            os.close(fd)
+            raise SeaTierSwapped(f"Sea's directory {str(self.path)!r} was replaced by another; Sea stops rather than follow it")
+        self.fd = fd
+        return True
 
     @classmethod
     def create(cls, root: Path, owner: str) -> PrivateDir:
@@ -93,8 +112,8 @@ class PrivateDir:
         parts = Path(path).relative_to(self.path).parts
         if not parts:
             raise ValueError("remove_all() removes the directory itself")
-        if self.closed:
-            return  # removed whole already
+        if not self.reopen():
+            return  # removed whole already, or gone
         fd = os.dup(self.fd)
         try:
             for part in parts[:-1]:
@@ -109,7 +128,7 @@ class PrivateDir:
 
     def remove_all(self) -> None:
         """Remove everything inside, then the directory itself (if it is still ours), and let go of it."""
-        if self.closed:
+        if not self.reopen():
             return
         for name in os.listdir(self.fd):
             _remove_at(self.fd, name)
@@ -119,6 +138,7 @@ class PrivateDir:
         except (SeaTierSwapped, OSError):
             pass  # swapped or gone: the name is not ours to remove
         self.close()
+        self.removed = True
 
     def mark_kept(self, record: dict) -> None:
         """Say, in the directory itself, that what is left in it is kept on purpose (a flush that

@@ -162,13 +162,12 @@ class StorageHierarchy:
         kept = kept or {}
         marked = []
         for tier in self.fast_tiers:
-            if tier.private.closed:
-                continue  # removed by an earlier close
+            if not tier.private.reopen():
+                continue  # removed by an earlier close, or gone
             leftovers = tier.private.files()
             if not leftovers:
                 tier.private.remove_all()
                 continue
-            # held open still: a node that was running there may yet be removed
             copies = [{"from": str(src.relative_to(tier.workdir)), "to": str(dst)} for src, dst in kept.items() if tier.private.contains(src)]
             rule = [str(d.relative_to(tier.workdir)) for d in by_rule if tier.private.contains(d)]
             tier.private.mark_kept({"home": str(self.home.root), "reason": reason or "kept by a rule", "copies": copies, "rule": rule})
@@ -177,6 +176,7 @@ class StorageHierarchy:
                 f"; `sea recover {tier.workdir}` brings them home" if copies else "",
             )
             marked.append(tier.workdir)
+            tier.private.close()  # let go of it; reopened (and checked) if something there is removed later
         return marked
 
     def check(self, tier: Tier) -> None:
