@@ -135,10 +135,12 @@ class PrivateDir:
         try:
             self.check()
             os.rmdir(self.path)
+            self.removed = True
+        except FileNotFoundError:
+            self.removed = True
         except (SeaTierSwapped, OSError):
-            pass  # swapped or gone: the name is not ours to remove
+            pass  # swapped, or written to meanwhile (a node still running): reopened if removed again later
         self.close()
-        self.removed = True
 
     def mark_kept(self, record: dict) -> None:
         """Say, in the directory itself, that what is left in it is kept on purpose (a flush that
