@@ -790,12 +790,13 @@ class SeaEngine:
                 node.needs = self._needs(node.spec.key, self._relocate(node.home_copy, self._moves(node)))
             except Exception as error:  # the copy would not be right: keep the tier's, report it
                 batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
-        if batch.abandoned and not batch.errors:  # the run ended before the copy started: no checkpoint
+        if batch.abandoned and not batch.errors:  # the run ended before the copy was done: no checkpoint
             shutil.rmtree(node.home_copy, ignore_errors=True)
             node.home_copy, node.checkpoint = None, False
             with self._lock:
                 self.checkpoints.abandoned(batch.key)
                 self.report.checkpoints_abandoned += 1
+                self.report.checkpoint_files_dropped += len(batch.committed)  # written home, then removed
         elif batch.errors and node.home_copy is not None:
             # the directory goes home whole or not at all: drop the copy, the tier's is kept
             shutil.rmtree(node.home_copy, ignore_errors=True)

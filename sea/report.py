@@ -85,6 +85,7 @@ class RunReport:
     checkpoint_bytes: int = 0
     checkpoint_files: int = 0
     checkpoints_abandoned: int = 0  # auto's checkpoints not copied: the run ended before their turn
+    checkpoint_files_dropped: int = 0  # ... files of theirs already copied home, then removed (counted as created)
     checkpoint_seconds: float = 0.0  # recomputation the directories kept in the home spare a rerun that needs them
     rerun_worst_seconds: float = 0.0  # the most a rerun would recompute (evicted producers) to feed one node ...
     rerun_worst_node: str = ""  # ... that one
@@ -143,6 +144,7 @@ class RunReport:
                 f"  checkpoints ({self.checkpoint_mode}): {self.checkpoints} node directories copied home "
                 f"({format_size(self.checkpoint_bytes)}, {self.checkpoint_files} files"
                 + (f"; {self.checkpoints_abandoned} left out, the run ended before their turn" if self.checkpoints_abandoned else "")
+                + (f", {self.checkpoint_files_dropped} files of theirs already copied removed" if self.checkpoint_files_dropped else "")
                 + "), sparing a rerun "
                 f"{self.checkpoint_seconds:.1f} s of recomputation; a rerun would recompute at most "
                 f"{self.rerun_worst_seconds:.1f} s of evicted producers to feed one node"
@@ -166,7 +168,8 @@ class RunReport:
 _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
-           "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned")  # fmt: skip
+           "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",
+           "checkpoint_files_dropped")  # fmt: skip
 
 
 def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:

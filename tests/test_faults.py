@@ -190,4 +190,19 @@ def test_an_optional_copy_gives_way_to_a_declared_output_and_is_stopped_at_the_e
     assert time.monotonic() - start < 1.5, "the run waited for an optional copy"
     assert done[0].abandoned and not done[0].committed and not done[0].errors
     assert not (fs.path / "late" / "big.bin").exists() and no_temporaries(fs.path) == []
+
+    stager.close()
+
+    # a directory cut short: its first file is home, the rest not (the engine removes the part copied)
+    done.clear()
+    stager = Stager(threads=1, backoff=0.01)
+    stager.submit(FlushBatch("cut", [(small, fs.path / "cut" / "small.bin"), (big, fs.path / "cut" / "big.bin")], done.append), CHECKPOINT)
+    deadline = time.monotonic() + 10
+    while not (fs.path / "cut" / "small.bin").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the big file under way
+    stager.abandon(CHECKPOINT)
+    stager.drain()
+    assert [dst.name for dst, _, _ in done[0].committed] == ["small.bin"], done[0].committed
+    assert [dst.name for _, dst in done[0].abandoned] == ["big.bin"], done[0].abandoned
     stager.close()
