@@ -33,12 +33,18 @@ SIZES = {
 WORKLOADS = ("incrementation", "filtering")  # the default
 # --workloads fmri_preproc,dwi_mrtrix: the fMRIPrep-like example (8 steps per subject) and the
 # MRtrix3 one (the tools must be installed)
-EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix")
+# many_files: one DataSink of many small files (issue 16's 10,000), where a copy costs its metadata
+EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix", "many_files")
 FMRI_MATRIX = 64  # voxels per axis of the fmri_preproc runs; their length makes one run unit_mib
 DWI_MATRIX = 48  # voxels per axis of the dwi_mrtrix runs; their directions make one run unit_mib
 # Workloads whose tools memory-map their files (MRtrix3): on the busy filesystem, slowfs serves them in
 # its page cache mode, since its default direct_io refuses memory maps (see benchmarks/slowfs.py)
 PAGE_CACHE_WORKLOADS = ("dwi_mrtrix",)
+
+
+def many_files(size: Size) -> int:
+    """many_files: the files of its one sink output."""
+    return 10_000 if size.name == "full" else 500
 
 
 def steps(workload: str, size: Size) -> int:
@@ -49,6 +55,8 @@ def steps(workload: str, size: Size) -> int:
 def describe_workload(workload: str, size: Size) -> str:
     if workload == "incrementation":
         return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
+    if workload == "many_files":
+        return f"many_files, one node writing {many_files(size)} text files of about 4 KiB, one DataSink of their directory"
     if workload == "dwi_mrtrix":
         return (f"dwi_mrtrix, {size.units} subjects x {2 * dwi_directions(size) + 2} volumes of {DWI_MATRIX}^3 ({size.unit_mib:g} MiB), "
                 "MRtrix3 mrconvert + dwidenoise + mrdegibbs + dwi2mask + dwi2tensor + tensor2metric")  # fmt: skip
@@ -164,6 +172,10 @@ def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path,
         from example_workflows.incrementation import build_workflow
 
         return build_workflow(data, size.units, size.iterations, work, out)
+    if workload == "many_files":
+        from example_workflows.many_files import build_workflow
+
+        return build_workflow(data, work, out, many_files(size))
     if workload in ("fmri_preproc", "dwi_mrtrix"):
         module = import_module(f"example_workflows.{workload}")
         return module.build_workflow(data, [f"{i + 1:02d}" for i in range(size.units)], work, out, **params)
@@ -187,6 +199,10 @@ def make_inputs(workload: str, size: Size, data: Path) -> None:
         from example_workflows.incrementation import make_chunks
 
         make_chunks(data, size.units, size.unit_mib)
+    elif workload == "many_files":
+        from example_workflows.many_files import make_atlas
+
+        make_atlas(data, many_files(size))
     elif workload == "fmri_preproc":
         from example_workflows.fmri_preproc import make_dataset
 

@@ -106,7 +106,9 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
     peak_over_live = _med([_tier_peak(r) / r.sea["live_peak_bytes"] for r in c_sea if r.sea["live_peak_bytes"]]) if c_sea else None
     fewer_files = files["A"] / max(files["C"], 1) if "A" in files and "C" in files else None
     fewer_pydra = files["P"] / max(files["PS"], 1) if "P" in files and "PS" in files else None
-    if throttle.throttled:
+    if workload == "many_files":  # the files are the outputs: what is measured is the cost of their copy
+        wanted = [("C within 1.05x of A (a DataSink of many small files; issue 16)", ratio("C", "A"), "<=", 1.05)]
+    elif throttle.throttled:
         wanted = [
             ("C at least 5x faster than A", ratio("A", "C"), ">=", 5.0),
             ("C within 1.15x of the limit L", med["C"] / limit if limit and "C" in med else None, "<=", 1.15),
@@ -125,7 +127,7 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
             ("Pydra prefetch: PSP costs at most 3% over PS", ratio("PSP", "PS"), "<=", 1.03),
         ]
     wanted += [
-        ("C creates 10x fewer files on the shared FS than A", fewer_files, ">=", 10.0),
+        ("C creates 10x fewer files on the shared FS than A", fewer_files if workload != "many_files" else None, ">=", 10.0),
         ("Pydra: PS creates 10x fewer files on the shared FS than P", fewer_pydra, ">=", 10.0),
         ("C's tier peak within 1.2x of the live working set", peak_over_live, "<=", 1.2),
     ]

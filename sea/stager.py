@@ -1,11 +1,15 @@
 """The asynchronous stager: copies files home while compute goes on, atomically.
 
-A copy is written under a hidden temporary name next to its destination, fsync'ed, given the
-source's timestamps (so Nipype's timestamp hashing sees the same file), then renamed over the final
-name and the directory fsync'ed: a partial file is never visible at its final path, and a reader
-either sees nothing or the whole file. Transient errors (and a destination directory removed under
-the copy) are retried with backoff; a persistent one is reported with the file's name and the
-source is kept, so nothing is lost.
+A copy is written under a hidden temporary name next to its destination, given the source's
+timestamps (so Nipype's timestamp hashing sees the same file), made durable, then renamed over the
+final name, and the directory made durable: a partial file is never visible at its final path, and
+a reader either sees nothing or the whole file. Durability is batched (:mod:`sea.durable`): a batch
+of many files on a filesystem that honours ``syncfs`` is written whole, synced once, then renamed
+(the renames queued ahead of other writes) and synced once more; otherwise each file is fsync'ed
+and renamed as it is written, and each directory fsync'ed once at the end of the batch. Either way
+the batch's ``on_done`` runs only once all of it is durable. Transient errors (and a destination
+directory removed under the copy) are retried with backoff; a persistent one is reported with the
+file's name and the source is kept, so nothing is lost.
 
 Copies are taken in order of priority: declared outputs (what the run must deliver), then node
 directories that must go home (every one with ``checkpoints: all``), then optional checkpoints
@@ -26,11 +30,14 @@ import os
 import queue
 import secrets
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .durable import BatchSync, fsync_dir
 
 logger = logging.getLogger("sea")
 
@@ -57,37 +64,101 @@ def temporary_name(name: str, tag: str) -> str:
     return f"{TMP_MARK}{tag}-{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
 
 
-def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
-    """Copy ``src`` to ``dst`` through a temporary name; returns the bytes copied. ``interrupt``
-    is asked between chunks: if it says so, the copy stops, leaves nothing, and raises :class:`Yielded`."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_dir() and not src.is_symlink():  # an empty directory: it is part of the outputs too
-        dst.mkdir(exist_ok=True)
+def stage_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None, sync: bool = True) -> tuple[Path | None, int, os.stat_result]:
+    """Write ``src`` under a temporary name next to ``dst`` with its mode and times (its data
+    fsync'ed if ``sync``); returns the temporary, the bytes written and the copy's ``lstat`` as a
+    rerun will find it. An empty directory is made at ``dst`` itself (``None``: no temporary; it is
+    part of the outputs too). ``interrupt`` is asked between chunks: if it says so, the copy stops,
+    leaves nothing, and raises :class:`Yielded`. The destination's directory is made if missing."""
+    st = os.lstat(src)
+    if stat.S_ISDIR(st.st_mode):
+        dst.mkdir(parents=True, exist_ok=True)
         shutil.copystat(src, dst)
-        fsync_dir(dst.parent)
-        return 0
+        return None, 0, dst.lstat()
     tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
+    if stat.S_ISLNK(st.st_mode):
+        _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp))
+        return tmp, 0, tmp.lstat()
+    mode = stat.S_IMODE(st.st_mode)
+    fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if src.is_symlink():
-            os.symlink(os.readlink(src), tmp)
-            size = 0
-        else:
-            with open(src, "rb") as fin, open(tmp, "xb") as fout:
-                while chunk := fin.read(CHUNK if interrupt is None else CHUNK // 4):  # an optional copy stops sooner
-                    if interrupt is not None and interrupt():
-                        raise Yielded(str(src))
-                    fout.write(chunk)
-                fout.flush()
-                os.fsync(fout.fileno())
-            shutil.copystat(src, tmp)
-            size = tmp.stat().st_size
-        os.replace(tmp, dst)
-    except BaseException:
+        fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        raise
+            size = _copy_data(fin, fout, interrupt)
+            for name in os.listxattr(fin):  # as shutil.copystat does (a tier's files seldom have any)
+                try:
+                    os.setxattr(fout, name, os.getxattr(fin, name))
+                except OSError as exc:
+                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno.EACCES):
+                        raise
+            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))  # after the last write
+            copied = os.fstat(fout)
+            if stat.S_IMODE(copied.st_mode) != mode:  # the umask took bits off at creation
+                os.fchmod(fout, mode)
+                copied = os.fstat(fout)
+            if sync:
+                os.fsync(fout)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return tmp, size, copied
+
+
+
+def _retry_in_new_dir(dst: Path, make: Callable[[], object]):
+    """``make()`` (which creates a file next to ``dst``), after making ``dst``'s directory if it is missing."""
+    try:
+        return make()
+    except FileNotFoundError:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        return make()
+
+
+def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int:
+    """Copy a file's bytes between descriptors (in the kernel where it can), asking ``interrupt`` between chunks."""
+    chunk = CHUNK if interrupt is None else CHUNK // 4  # an optional copy stops sooner
+    size = 0
+    while True:
+        if interrupt is not None and interrupt():
+            raise Yielded("a copy the run needs came first")
+        try:
+            sent = os.sendfile(fout, fin, size, chunk)
+        except OSError as exc:
+            if size or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE):
+                raise
+            break  # this pair of filesystems cannot: by hand
+        if not sent:
+            return size
+        size += sent
+    while data := os.read(fin, chunk):
+        if interrupt is not None and interrupt():
+            raise Yielded("a copy the run needs came first")
+        os.write(fout, data)  # a regular file takes a whole write, or raises
+        size += len(data)
+    return size
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
+    """Copy ``src`` to ``dst`` through a temporary name, durably (:func:`stage_copy`, a rename, an
+    ``fsync`` of the directory); returns the bytes copied."""
+    tmp, size, _ = stage_copy(src, dst, interrupt)
+    if tmp is not None:
+        try:
+            os.replace(tmp, dst)
+        except BaseException:
+            _unlink(tmp)
+            raise
     fsync_dir(dst.parent)
     return size
 
@@ -113,14 +184,6 @@ def sweep_temporaries(root: Path) -> int:
     return removed
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class FlushBatch:
     """The files of one node that must reach home; ``on_done`` runs once all are settled."""
@@ -133,12 +196,19 @@ class FlushBatch:
     retries: int = 0  # attempts that failed and were tried again
     timings: list[tuple[int, float]] = field(default_factory=list)  # (bytes, seconds) of each file copied
     abandoned: list[tuple[Path, Path]] = field(default_factory=list)  # not copied: the run ended first
-    _left: int = 0
+    _left: int = 0  # files not written yet, then (see Stager) renames not done yet
+    _staged: dict[Path, tuple] = field(default_factory=dict)  # dst -> (src, tmp, bytes, its lstat, seconds): written, sync deferred
+    _sync: BatchSync | None = None
+    _renaming: bool = False
+    _sync_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def bytes(self) -> int:
         return sum(size for size, _ in self.timings)
+
+
+WRITE, RENAME = 1, 0  # a queued file's step: a batch's renames, once it is all written and synced, go first
 
 
 class Stager:
@@ -154,7 +224,7 @@ class Stager:
         self._backoff = backoff
         self._idle = threading.Condition()
         self._in_flight = 0
-        self._pending: dict[int, int] = {}  # priority -> files queued or being copied
+        self._pending: dict[int, int] = {}  # priority -> files of batches not settled yet
         self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
 
     @property
@@ -166,6 +236,7 @@ class Stager:
             batch.on_done(batch)
             return
         batch._left = len(batch.files)
+        batch._sync = BatchSync(len(batch.files))
         with self._idle:
             self._in_flight += len(batch.files)
             self._pending[priority] = self._pending.get(priority, 0) + len(batch.files)
@@ -174,9 +245,12 @@ class Stager:
                 thread.start()
                 self._threads.append(thread)
         for src, dst in batch.files:
-            self._queue.put((priority, next(self._order), batch, src, dst))
+            self._put(priority, WRITE, batch, src, dst)
         with self._idle:
             self._idle.notify_all()  # an optional copy waiting for an idle link looks again
+
+    def _put(self, priority: float, step: int, batch: FlushBatch | None, src: Path | None, dst: Path | None) -> None:
+        self._queue.put((priority, step, next(self._order), batch, src, dst))
 
     def _link_busy(self) -> bool:
         """A copy the run needs (a declared output, a directory that must go home) is queued or under way."""
@@ -185,28 +259,26 @@ class Stager:
     def _work(self) -> None:
         while True:
             item = self._queue.get()
-            priority, _, batch, src, dst = item
+            priority, step, _, batch, src, dst = item
             if batch is None:
                 return
-            if priority == CHECKPOINT and self._link_busy() and priority not in self._abandoning:
+            if step == RENAME:
+                self._rename(batch, dst)
+            elif priority == CHECKPOINT and self._link_busy() and priority not in self._abandoning:
                 # an optional copy takes the link only when it is idle: back in line until then
                 self._queue.put(item)
                 with self._idle:
                     self._idle.wait(0.2)  # woken when a copy settles or another is submitted
                 continue
-            settled = True
-            try:
-                settled = self._copy_one(batch, src, dst, priority)
-            finally:
-                if settled:
-                    self._file_done(batch, priority)
-                else:  # it gave way to a copy the run needs: again later, from the start
-                    self._queue.put(item)
+            elif not self._write(batch, src, dst, priority):
+                self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
+                continue
+            self._step_done(batch, priority)
 
     def abandon(self, priority: int) -> int:
         """Take the copies of ``priority`` out of the queue and stop those under way (the run is
-        over and they are optional); their batches settle without them (``FlushBatch.abandoned``).
-        Returns how many files were dropped from the queue."""
+        over and they are optional); their batches settle without them (``FlushBatch.abandoned``),
+        and nothing of such a batch is renamed into place. Returns how many files were dropped."""
         self._abandoning.add(priority)  # those being copied stop at their next chunk
         kept, dropped = [], []
         while True:
@@ -214,64 +286,141 @@ class Stager:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            (dropped if item[0] == priority and item[2] is not None else kept).append(item)
+            (dropped if item[0] == priority and item[1] == WRITE and item[3] is not None else kept).append(item)
         for item in kept:
             self._queue.put(item)
-        for _, _, batch, src, dst in dropped:
+        for _, _, _, batch, src, dst in dropped:
             with batch._lock:
                 batch.abandoned.append((src, dst))
-            self._file_done(batch, priority)
+            self._step_done(batch, priority)
         return len(dropped)
 
-    def _file_done(self, batch: FlushBatch, priority: int) -> None:
+    def _step_done(self, batch: FlushBatch, priority: int) -> None:
+        """One file's step is over. After a batch's last write, the files whose sync was deferred
+        are synced at once and their renames queued; after its last rename (or write), it settles."""
         with batch._lock:
             batch._left -= 1
-            last = batch._left == 0
-        if last:
+            if batch._left:
+                return
+            rename = bool(batch._staged) and not batch._renaming and not batch.abandoned
+        if rename:
+            start = time.perf_counter()
             try:
-                batch.on_done(batch)
-            except Exception:  # noqa: BLE001 - a callback bug must not hang drain()
-                logger.exception("[Sea] error while settling the flush of %s", batch.key)
+                batch._sync.sync_data()
+            except OSError as exc:  # nothing of it is known to be durable: none of it goes in place
+                message = f"could not make the copies of {batch.key} durable: {exc.strerror or exc}"
+                logger.error("[Sea] %s; the sources are kept", message)
+                batch.errors.append(message)
+                rename = False
+            batch._sync_seconds += time.perf_counter() - start
+        if rename:
+            with batch._lock:
+                batch._renaming, batch._left = True, len(batch._staged)
+                staged = list(batch._staged.items())
+            for dst, (src, *_rest) in staged:
+                self._put(priority, RENAME, batch, src, dst)
+            return
+        for _src, tmp, *_ in batch._staged.values():  # the run ended first, or the sync failed
+            _unlink(tmp)
+        batch._staged.clear()
+        self._settle(batch, priority)
+
+    def _settle(self, batch: FlushBatch, priority: int) -> None:
+        if not batch.abandoned:
+            start = time.perf_counter()
+            try:
+                batch._sync.sync_dirs()
+            except OSError as exc:
+                batch.errors.append(f"could not make the copies of {batch.key} durable: {exc.strerror or exc}")
+            batch._sync_seconds += time.perf_counter() - start
+        if batch.timings and batch._sync_seconds:  # each file's share of the batch's syncs (the copy cost model learns it)
+            share = batch._sync_seconds / len(batch.timings)
+            batch.timings = [(size, seconds + share) for size, seconds in batch.timings]
+        try:
+            batch.on_done(batch)
+        except Exception:  # noqa: BLE001 - a callback bug must not hang drain()
+            logger.exception("[Sea] error while settling the flush of %s", batch.key)
         with self._idle:
-            self._in_flight -= 1
-            self._pending[priority] -= 1
+            self._in_flight -= len(batch.files)
+            self._pending[priority] -= len(batch.files)
             self._idle.notify_all()
 
-    def _copy_one(self, batch: FlushBatch, src: Path, dst: Path, priority: int = DECLARED) -> bool:
-        """Copy one file, retrying transient errors; ``False`` if an optional copy gave way to one
-        the run needs (it is then queued again)."""
+    def _write(self, batch: FlushBatch, src: Path, dst: Path, priority: int = DECLARED) -> bool:
+        """Write one file under its temporary name and, unless its sync is deferred to the end of
+        the batch, sync and rename it; ``False`` if an optional copy gave way to one the run needs
+        (it is then queued again)."""
         interrupt = None
         if priority == CHECKPOINT:
             def interrupt() -> bool:
                 return priority in self._abandoning or self._link_busy()
-        for attempt in range(self._retries + 1):
+
+        def write() -> None:
+            start = time.perf_counter()
+            deferred = batch._sync.defer(dst.parent)
+            tmp, size, st = stage_copy(src, dst, interrupt, sync=not deferred)
+            if tmp is not None and deferred:
+                with batch._lock:
+                    batch._staged[dst] = (src, tmp, size, st, time.perf_counter() - start)
+                return
+            if tmp is not None:
+                try:
+                    os.replace(tmp, dst)
+                except BaseException:
+                    _unlink(tmp)
+                    raise
+            self._committed(batch, dst, size, st, time.perf_counter() - start)
+
+        return self._retrying(batch, src, dst, write)
+
+    def _rename(self, batch: FlushBatch, dst: Path) -> None:
+        """Put a written and synced file in place; if that fails (its directory was removed under
+        it), copy it again on its own, as a single file is."""
+        with batch._lock:
+            src, tmp, size, st, seconds = batch._staged.pop(dst)
+        start = time.perf_counter()
+        try:
+            os.replace(tmp, dst)
+        except OSError:
+            _unlink(tmp)
+
+            def copy() -> None:
+                size = atomic_copy(src, dst)
+                self._committed(batch, dst, size, dst.lstat(), seconds + time.perf_counter() - start)
+
+            self._retrying(batch, src, dst, copy)
+            return
+        self._committed(batch, dst, size, st, seconds + time.perf_counter() - start)
+
+    def _committed(self, batch: FlushBatch, dst: Path, size: int, st: os.stat_result, seconds: float) -> None:
+        with batch._lock:  # as a rerun will find it (a link's size is its target's length)
+            batch.committed.append((dst, st.st_size, st.st_mtime_ns))
+            batch.timings.append((size, seconds))
+
+    def _retrying(self, batch: FlushBatch, src: Path, dst: Path, attempt: Callable[[], None]) -> bool:
+        """Run ``attempt`` (one file's copy), again after a transient error; a persistent one is
+        recorded in the batch. ``False`` if the copy gave way (:class:`Yielded`) and must be queued again."""
+        for tries in range(self._retries + 1):
             try:
-                start = time.perf_counter()
-                size = atomic_copy(src, dst, interrupt)
-                seconds = time.perf_counter() - start
-                st = dst.lstat()
-                with batch._lock:  # as a rerun will find it (a link's size is its target's length)
-                    batch.committed.append((dst, st.st_size, st.st_mtime_ns))
-                    batch.timings.append((size, seconds))
-                break
+                attempt()
+                return True
             except Yielded:
-                if priority not in self._abandoning:
+                if CHECKPOINT not in self._abandoning:
                     return False
                 with batch._lock:
                     batch.abandoned.append((src, dst))
-                break
+                return True
             except OSError as exc:
-                if attempt < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
+                if tries < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
                     logger.warning("[Sea] copying %s to %s failed (%s); trying again", src, dst, exc.strerror or exc)
                     with batch._lock:
                         batch.retries += 1
-                    time.sleep(self._backoff * 4**attempt)
+                    time.sleep(self._backoff * 4**tries)
                     continue
                 message = f"could not copy {src} to {dst}: {exc.strerror or exc}"
                 logger.error("[Sea] %s; the source is kept at %s", message, src)
                 with batch._lock:
                     batch.errors.append(message)
-                break
+                return True
         return True
 
     def drain(self, before: int | None = None) -> float:
@@ -286,7 +435,7 @@ class Stager:
     def close(self) -> None:
         self.drain()
         for _ in self._threads:
-            self._queue.put((float("inf"), next(self._order), None, None, None))
+            self._put(float("inf"), WRITE, None, None, None)
         for thread in self._threads:
             thread.join()
         self._threads.clear()
