@@ -5,7 +5,7 @@ later ``pydra_sea``) translate their engine's graph and callbacks into :class:`S
 """
 
 from .config import Mode, Rule, SeaConfig, SeaConfigError, TierSpec
-from .engine import Placement, SeaEngine, SeaFlushError
+from .engine import Placement, SeaEngine, SeaFlushError, SeaHomeMoved
 from .graph import NodeSpec, WorkflowGraph
 from .private import SeaTierSwapped
 from .report import RunReport
@@ -20,6 +20,7 @@ __all__ = [
     "SeaConfigError",
     "SeaEngine",
     "SeaFlushError",
+    "SeaHomeMoved",
     "SeaTierSwapped",
     "TierSpec",
     "WorkflowGraph",

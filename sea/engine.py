@@ -59,7 +59,7 @@ from .probe import remembered
 from .report import RunReport, TierReport, peak_concurrent_bytes
 from .resume import RerunPlan, checkpoint_identity, plan_rerun
 from .sizes import format_size
-from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, Stager, sweep_temporaries, temporary_name
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, Stager, sweep_temporaries, temporary_name, walk_files
 from .tiers import StorageHierarchy, Tier
 
 STAGING_DIR = "declared"
@@ -74,6 +74,11 @@ _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node
 
 class SeaFlushError(RuntimeError):
     """A declared output could not be committed home; its fast-tier copy is kept."""
+
+
+class SeaHomeMoved(RuntimeError):
+    """The work directory (the home) was moved, renamed or removed while the run went on: Sea stops
+    rather than make a new one in its place (a user's ``mv``, a cleanup of a job's directory)."""
 
 
 class State(enum.Enum):
@@ -162,6 +167,8 @@ class SeaEngine:
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
+        st = os.stat(self.home)
+        self._home_identity = (st.st_dev, st.st_ino)  # see _home_moved
         # one run per home: an engine of several (one per machine) is covered by its run's client
         self._run_lock = RunLock.acquire(self.home) if machine is None else None
         self.hierarchy = None
@@ -416,7 +423,11 @@ class SeaEngine:
                 physical = (tier.workdir / key) if not tier.is_home else (self.home / ".sea" / "parts" / key)
                 physical.mkdir(parents=True, exist_ok=True)
                 if link:
-                    os.symlink(physical, logical, target_is_directory=True)
+                    try:
+                        os.symlink(physical, logical, target_is_directory=True)
+                    except OSError:
+                        self._check_home()  # its directory gone with the home: say so
+                        raise
                     self.report.files_created_home += 1
             node.placement = Placement(key, logical, physical, tier, estimate)
             node.state = State.RUNNING
@@ -458,11 +469,38 @@ class SeaEngine:
         while path not in self._known_dirs and not path.exists():
             missing.append(path)
             path = path.parent
+        if missing:
+            self._check_home()  # never a new home in place of one moved away
         for p in reversed(missing):
             p.mkdir(exist_ok=True)
             self._created_dirs.add(p)
         self._known_dirs.update(missing)
         self._known_dirs.add(path)
+
+    def _home_moved(self) -> str | None:
+        """``None`` while the home is the directory the run started in; else where it is now (the
+        journal, held open, moved with it), or ``""`` if it is gone."""
+        try:
+            st = os.stat(self.home)
+            if (st.st_dev, st.st_ino) == self._home_identity:
+                return None
+        except OSError:
+            pass
+        now = self.journal.current_path()
+        return str(now.parent.parent) if now is not None else ""
+
+    def _home_moved_message(self, now: str) -> str:
+        return (
+            f"the work directory {str(self.home)!r} was moved or removed during the run"
+            + (f" (it is now {now!r})" if now else "")
+            + "; Sea stopped rather than make a new one in its place: move it back, and the same command resumes the run"
+        )
+
+    def _check_home(self) -> None:
+        """Raise :class:`SeaHomeMoved` if the home is no longer the directory the run started in."""
+        now = self._home_moved()
+        if now is not None:
+            raise SeaHomeMoved(self._home_moved_message(now))
 
     # ---------------------------------------------------------------- transitions
     def node_skipped(self, key: str) -> None:
@@ -703,7 +741,7 @@ class SeaEngine:
             self.journal.write("committed", key, files=[])  # a sink that ran at home wrote its outputs itself
         if p.staging_root is not None:
             files = []
-            for src in _walk_files(p.staging_root, empty_dirs=True):
+            for src in walk_files(p.staging_root, empty_dirs=True):
                 dst = Path("/") / src.relative_to(p.staging_root)
                 mode = self._mode(self._rule_path(dst), Mode.MOVE)
                 if mode.flushes:
@@ -740,15 +778,17 @@ class SeaEngine:
         p = node.placement
         separate = self._separate_parts(node)
         links = {p.physical / Path(part.spec.key).relative_to(node.spec.key) for part in separate}
-        for src in _walk_files(p.physical, empty_dirs=True):
+        for src in walk_files(p.physical, empty_dirs=True):
             if src not in links:
                 yield src, src.relative_to(p.physical)
         for part in separate:
             prefix = Path(part.spec.key).relative_to(node.spec.key)
-            for src in _walk_files(part.placement.physical, empty_dirs=True):
+            for src in walk_files(part.placement.physical, empty_dirs=True):
                 yield src, prefix / src.relative_to(part.placement.physical)
 
     def _submit(self, node: _Node, batch: FlushBatch, priority: int = DECLARED) -> None:
+        if batch.files and batch.files[0][1].is_relative_to(self.home):
+            self._check_home()  # the copy would make a new home in place of one moved away
         node.flushes_pending += 1
         self.stager.submit(batch, priority)
 
@@ -955,6 +995,11 @@ class SeaEngine:
             return self.report
         self._closed = True
         self.report.interrupted = interrupted
+        moved = self._home_moved()
+        if moved is not None:  # nothing more goes into it but what the run must deliver
+            self.log.error("[Sea] %s", self._home_moved_message(moved))
+            self.stager.abandon(KEPT)
+            self.stager.abandon(CHECKPOINT)
         # what the run must deliver, then what must go home; auto's checkpoints not started yet are
         # abandoned, never waited for (they would only spare a rerun some recomputation)
         self.report.stager_wait_seconds += self.stager.drain(before=CHECKPOINT)
@@ -970,7 +1015,7 @@ class SeaEngine:
                     if not node.placement.tier.is_home:
                         self._drop_placement(node)
                     continue
-                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
+                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of and moved is None:
                     copy = node.placement.logical.parent / temporary_name(node.placement.logical.name, "dir")
                     files = [(f, copy / rel) for f, rel in self._node_files(node)]
                     if not files:  # stopped before it wrote anything: nothing to inspect
@@ -998,7 +1043,7 @@ class SeaEngine:
             self.report.prefetch_files, self.report.prefetch_bytes = stats.files, stats.bytes
             self.report.prefetch_hits, self.report.prefetch_misses = stats.hits, stats.misses
         self._prune_created_dirs()
-        self.report.success = success and not self.report.flush_errors
+        self.report.success = success and not self.report.flush_errors and moved is None
         self.report.makespan_seconds = time.monotonic() - self._start
         self.report.live_peak_bytes = self._live_working_set_peak()
         self.report.tiers = [
@@ -1011,14 +1056,19 @@ class SeaEngine:
         self.report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, self.report.rerun_worst_seconds = self.checkpoints.worst_rerun()
         self.report.rerun_worst_node = worst or ""
-        self.journal.close()
+        if moved:  # Sea's own files go where the home is now, for the rerun once it is moved back
+            self._rebase_home(Path(moved))
+        self.journal.close(compact=moved != "")
         if self.checkpoints.cost.measured:
             self.estimator.copy_home = self.checkpoints.cost.to_dict()
-        self.estimator.save(self._history)
         self.report.kept_dirs = [str(d) for d in self.hierarchy.close(kept, by_rule, reason="their flush home failed" if kept else "")]
-        self.report.to_json(self._report_path)
+        if moved != "":
+            self.estimator.save(self._history)
+            self.report.to_json(self._report_path)
         self._release_lock()
         self.log.info("%s", self.report.to_text())
+        if moved is not None and not self.report.flush_errors:
+            raise SeaHomeMoved(self._home_moved_message(moved))
         if self.report.flush_errors:
             where = [str(p.staging or p.physical) for p in failed]
             raise SeaFlushError(
@@ -1027,6 +1077,16 @@ class SeaEngine:
                 + (f"; once the home is fixed, `sea recover {' '.join(self.report.kept_dirs)}` brings them home" if self.report.kept_dirs else "")
             )
         return self.report
+
+    def _rebase_home(self, now: Path) -> None:
+        """Point Sea's files in the home (journal, history, report, lock) at where it is ``now``."""
+        def rebased(path: Path) -> Path:
+            return now / path.relative_to(self.home) if path.is_relative_to(self.home) else path
+
+        self.journal.path = rebased(self.journal.path)
+        self._history, self._report_path = rebased(self._history), rebased(self._report_path)
+        if self._run_lock is not None:
+            self._run_lock.path = rebased(self._run_lock.path)
 
     def abort(self) -> None:
         """Undo a start that failed before any node ran (e.g. a rule the graph cannot match)."""
@@ -1080,32 +1140,13 @@ def _swap_in(copy: Path, logical: Path) -> None:
 def disk_usage(path: Path) -> tuple[int, int]:
     """(bytes, files) under ``path``, not following links."""
     total = files = 0
-    for f in _walk_files(path):
+    for f in walk_files(path):
         try:
             total += f.lstat().st_size
             files += 1
         except FileNotFoundError:
             pass
     return total, files
-
-
-def _walk_files(root: Path, empty_dirs: bool = False):
-    """Every file and link under ``root``, not following links; ``empty_dirs``: and every empty
-    directory below it (MultiProc's DataSink and Nipype's node directories keep them)."""
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            entries = list(os.scandir(current))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if empty_dirs and not entries and current != root:
-            yield current
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(Path(entry.path))
-            else:
-                yield Path(entry.path)
 
 
 def _literal_prefix(rule: Rule) -> str:

@@ -137,15 +137,25 @@ class Journal:
             self._apply(entry)
             self._lines.put(json.dumps(entry, sort_keys=True) + "\n")
 
-    def close(self) -> None:
-        """Rewrite the journal as one record per node (so it does not grow with every rerun)."""
+    def close(self, compact: bool = True) -> None:
+        """Rewrite the journal as one record per node (so it does not grow with every rerun);
+        ``compact=False``: only close it (its directory is gone)."""
         with self._lock:
             if self._file.closed:
                 return
             self._lines.put(None)
             self._writer.join()
             self._file.close()
-            self._compact()
+            if compact:
+                self._compact()
+
+    def current_path(self) -> Path | None:
+        """Where the journal file is now, if it was moved with its directory (``None``: removed)."""
+        try:
+            where = os.readlink(f"/proc/self/fd/{self._file.fileno()}")
+        except (OSError, ValueError):  # closed, or no /proc
+            return None
+        return None if where.endswith(" (deleted)") else Path(where)
 
     def _compact(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .config import SeaConfigError
 from .private import KEPT_FILE, OWNER_FILE
-from .stager import atomic_copy
+from .stager import atomic_copy, walk_files
 
 
 @dataclass
@@ -86,8 +86,4 @@ def _entries(root: Path):
     if not root.is_dir() or root.is_symlink():
         yield root
         return
-    for dirpath, dirs, files in os.walk(root):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
-            yield Path(dirpath, name)
-        if not dirs and not files and Path(dirpath) != root:
-            yield Path(dirpath)
+    yield from walk_files(root, empty_dirs=True)

@@ -163,6 +163,25 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
+def walk_files(root: Path, empty_dirs: bool = False):
+    """Every file and link under ``root``, not following links; ``empty_dirs``: and every empty
+    directory below it (MultiProc's DataSink and Nipype's node directories keep them)."""
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            entries = list(os.scandir(current))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if empty_dirs and not entries and current != root:
+            yield current
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            else:
+                yield Path(entry.path)
+
+
 def _destination_vanished(exc: OSError, src: Path) -> bool:
     """ENOENT with the source still there: someone removed the destination's directory (a user
     cleaning up, another node on the shared filesystem); the next attempt makes it again."""

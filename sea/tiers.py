@@ -300,8 +300,8 @@ def discover_tiers(home: Path) -> list[TierSpec]:
 
 def _refuse_planted(path: Path, written: str, where: str) -> None:
     """In a world-writable directory (``/dev/shm``, ``/tmp``) anyone can create the tier's path
-    before us: a symbolic link there could send our files anywhere, a directory of someone else's
-    lets its owner read or swap them. Refused, never followed."""
+    before us: a symbolic link there could send our files anywhere. Refused, never followed (a
+    directory of someone else's there is refused by :func:`_refuse_writable_by_others`)."""
     try:
         st = os.lstat(path)
         parent = os.stat(path.parent)
@@ -313,11 +313,6 @@ def _refuse_planted(path: Path, written: str, where: str) -> None:
         raise SeaConfigError(
             f"{where}: {written!r} is a symbolic link in the world-writable {str(path.parent)!r}, which anyone could "
             "have planted; give the directory it should be, or a tier path you created"
-        )
-    if st.st_uid not in (os.getuid(), 0):
-        raise SeaConfigError(
-            f"{where}: {written!r} in the world-writable {str(path.parent)!r} belongs to uid {st.st_uid}, not to you; "
-            "remove it or choose another path"
         )
 
 

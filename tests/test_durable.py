@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
 
 from sea.durable import SYNCFS_MIN_FILES, BatchSync
 from sea.stager import CHECKPOINT, DECLARED, TMP_MARK, FlushBatch, Stager
+
+from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
 
 pytestmark = pytest.mark.timeout(120)
 

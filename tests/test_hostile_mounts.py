@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from nipype import Workflow
 
-from sea import SeaTierSwapped
+from sea import SeaHomeMoved, SeaTierSwapped
 from sea.report import RunReport
 
 from conftest import mounted_tmpfs, sea_private_dirs
@@ -114,3 +114,36 @@ def test_a_tier_lost_mid_run_ends_it_in_one_line_and_the_same_command_resumes(di
         run(chain_workflow(disk_dir / "sea", disk_dir / "sea.txt"), "SeaMultiProc", {"tiers": [{"path": str(fresh)}]})
         assert sea_private_dirs(fresh) == []
     assert (disk_dir / "sea.txt").read_text() == (disk_dir / "mp.txt").read_text() == "8"
+
+
+@pytest.mark.parametrize("checkpoints", ["auto", "all"])
+def test_the_home_moved_mid_run_ends_it_in_one_line_and_moved_back_the_same_command_resumes(disk_dir, shm_dir, checkpoints):
+    """A user renames the work directory (``mv work work.old``) while the run goes on (MultiProc, in
+    the same situation, spun at full CPU until it was killed ten minutes later). Sea ends the run in
+    one line saying where the home is now, makes no new one in its place (``all``: every node's
+    directory is on its way home, so the move is seen at the next node; ``auto``: at the end), leaves
+    nothing on the tier, and once it is moved back the same command completes with MultiProc's result."""
+    run(chain_workflow(disk_dir / "mp", disk_dir / "mp.txt"), "MultiProc")
+    home, moved = disk_dir / "sea", disk_dir / "sea-moved"
+
+    def move_it() -> None:
+        time.sleep(1.5)
+        home.rename(moved)
+
+    mover = threading.Thread(target=move_it)
+    mover.start()
+    sea = {"tiers": [{"path": str(shm_dir)}], "checkpoints": checkpoints}
+    try:
+        with pytest.raises(SeaHomeMoved) as info:
+            run(chain_workflow(home, disk_dir / "sea.txt"), "SeaMultiProc", sea)
+    finally:
+        mover.join()
+    message = str(info.value)
+    assert "\n" not in message and f"(it is now {str(moved)!r})" in message and "the same command resumes the run" in message, message
+    assert not home.exists(), "Sea made a new home in place of the one moved away"
+    assert sea_private_dirs(shm_dir) == []
+    assert not RunReport.from_json(moved / "sea-report.json").success
+    moved.rename(home)
+    run(chain_workflow(home, disk_dir / "sea.txt"), "SeaMultiProc", sea)
+    assert (disk_dir / "sea.txt").read_text() == (disk_dir / "mp.txt").read_text() == "8"
+    assert sea_private_dirs(shm_dir) == []

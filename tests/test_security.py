@@ -59,7 +59,7 @@ def test_a_directory_of_someone_else_in_a_world_writable_directory_is_refused(di
     theirs = world / "tier"
     theirs.mkdir(mode=0o777)
     os.chown(theirs, 65534, 65534)
-    with pytest.raises(SeaConfigError, match="belongs to uid 65534, not to you"):
+    with pytest.raises(SeaConfigError, match="not safe on a shared node: .* belongs to uid 65534, who could swap"):
         hierarchy(theirs, disk_dir / "home")
     assert not list(theirs.iterdir())
     mine = world / "mine"
