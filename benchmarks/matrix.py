@@ -56,7 +56,7 @@ def describe_workload(workload: str, size: Size) -> str:
     if workload == "incrementation":
         return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
     if workload == "many_files":
-        return f"many_files, one node writing {many_files(size)} text files of about 4 KiB, one DataSink of their directory"
+        return f"many_files, one node writing {many_files(size)} text files of about 1.4 KiB, one DataSink of their directory"
     if workload == "dwi_mrtrix":
         return (f"dwi_mrtrix, {size.units} subjects x {2 * dwi_directions(size) + 2} volumes of {DWI_MATRIX}^3 ({size.unit_mib:g} MiB), "
                 "MRtrix3 mrconvert + dwidenoise + mrdegibbs + dwi2mask + dwi2tensor + tensor2metric")  # fmt: skip

@@ -1015,9 +1015,14 @@ class SeaEngine:
                     if not node.placement.tier.is_home:
                         self._drop_placement(node)
                     continue
-                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of and moved is None:
+                if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
                     copy = node.placement.logical.parent / temporary_name(node.placement.logical.name, "dir")
                     files = [(f, copy / rel) for f, rel in self._node_files(node)]
+                    if moved is not None:  # no home to bring it to: it runs again
+                        for part in self._separate_parts(node):
+                            self._drop_placement(part)
+                        self._drop_placement(node)
+                        continue
                     if not files:  # stopped before it wrote anything: nothing to inspect
                         self._drop_placement(node)
                         continue

@@ -1,0 +1,127 @@
+"""Issue 16's hostile conditions through Pydra's worker "sea" (the Nipype side is in test_security,
+test_concurrent_runs, test_hostile_mounts and test_data_loss): a second run on the same cache_root
+is refused in one line naming the first, which is untouched; the cache_root moved mid-run ends the
+run in one line (Sea makes nothing where it was; Pydra's Submitter writes its workflows' jobs there,
+as it would under cf), and moved back (without the soft locks Pydra left in it), the same command
+completes with cf's result."""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import sea_private_dirs
+
+pytestmark = [pytest.mark.skipif(sys.version_info < (3, 11), reason="Pydra 1.0 needs Python >= 3.11"), pytest.mark.timeout(300)]
+
+TESTS = Path(__file__).parent
+FIRST = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from pydra.engine.submitter import Submitter
+from pydra_workflows import RerunStudy
+images = [Path(p) for p in {images!r}]
+with Submitter(worker="sea", cache_root={cache!r}, n_procs=2, sea={{"tiers": [{{"path": {tier!r}}}]}}) as submitter:
+    result = submitter(RerunStudy(in_files=images, seconds=3.0))
+assert not result.errored, result
+for out in result.outputs.outs:
+    print("OUT", out)
+"""
+
+
+def study(worker: str, cache: Path, images: list[Path], tier: Path | None = None, **sea) -> list[Path]:
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import RerunStudy
+
+    kwargs = {"sea": {"tiers": [{"path": str(tier)}], **sea}} if worker == "sea" else {}
+    with Submitter(worker=worker, cache_root=cache, n_procs=2, **kwargs) as submitter:
+        result = submitter(RerunStudy(in_files=images))
+    assert not result.errored, result
+    return [Path(p) for p in result.outputs.outs]
+
+
+def same_files(a: list[Path], b: list[Path]) -> bool:
+    return len(a) == len(b) and all(filecmp.cmp(x, y, shallow=False) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture
+def images(tmp_path):
+    from pydra_workflows import make_images
+
+    return make_images(tmp_path / "data", 2, side=16, seed=16)
+
+
+def test_a_second_pydra_run_on_the_same_cache_root_is_refused_and_the_first_is_untouched(disk_dir, shm_dir, images):
+    from sea.lock import LOCK, SeaRunLocked
+
+    cache = disk_dir / "cache"
+    script = FIRST.format(tests=str(TESTS), images=[str(p) for p in images], cache=str(cache), tier=str(shm_dir))
+    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=disk_dir)
+    try:
+        deadline = time.monotonic() + 60
+        while not (cache / LOCK).exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        with pytest.raises(SeaRunLocked) as info:
+            study("sea", cache, images, shm_dir)
+        message = str(info.value)
+        assert "\n" not in message and f"PID {first.pid}" in message and socket.gethostname() in message, message
+        assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
+        log = first.communicate(timeout=240)[0]
+        assert first.returncode == 0, log[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    outs = [Path(line[4:]) for line in log.splitlines() if line.startswith("OUT ")]
+    reference = study("cf", disk_dir / "cf", images)
+    assert same_files(outs, reference), "the first run's outputs differ from cf's"
+    assert not (cache / LOCK).exists() and sea_private_dirs(shm_dir) == []
+
+
+def test_the_pydra_cache_root_moved_mid_run_ends_it_in_one_line_and_moved_back_resumes(disk_dir, shm_dir, images):
+    from sea import SeaHomeMoved
+
+    reference = study("cf", disk_dir / "cf", images)
+    cache, moved = disk_dir / "cache", disk_dir / "cache-moved"
+
+    def move_it() -> None:
+        deadline = time.monotonic() + 60
+        while not (cache / ".sea").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.0)  # the expensive steps are under way
+        cache.rename(moved)
+
+    mover = threading.Thread(target=move_it)
+    mover.start()
+    try:
+        with pytest.raises(SeaHomeMoved) as info:
+            study("sea", cache, images, shm_dir, checkpoints="all")
+    finally:
+        mover.join()
+    message = str(info.value)
+    assert "\n" not in message and f"(it is now {str(moved)!r})" in message and "the same command resumes" in message, message
+    # Pydra's Submitter itself (in this process, as under cf) writes its workflows' jobs there;
+    # Sea makes nothing: no journal, no task directory, no link
+    made = sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) if cache.exists() else []
+    pydra_own = [m for m in made if m.startswith("workflow-") and (m.count("/") == 0 or m.endswith("/_job.pklz"))]
+    assert made == pydra_own, f"Sea made a new cache_root in place of the one moved away: {made}"
+    assert sea_private_dirs(shm_dir) == []
+    shutil.rmtree(cache, ignore_errors=True)  # Pydra's own few files (a user would do the same before moving it back)
+    # Pydra's soft locks of the workflows that were running stay in the moved directory (Pydra let go
+    # of them at their old paths): a rerun would wait on them forever, Sea or cf alike
+    for lock in moved.glob("*.lock"):
+        lock.unlink()
+    moved.rename(cache)
+    assert same_files(study("sea", cache, images, shm_dir, checkpoints="all"), reference)
+    assert sea_private_dirs(shm_dir) == []
