@@ -93,19 +93,28 @@ class BatchSync:
                 self._dirs[directory] = device
             return self._dirs[directory] is not None
 
-    def _by_device(self) -> dict[int, Path]:
+    def _syncfs_each(self) -> None:
+        """One ``syncfs`` per filesystem, through any of its directories that still exists."""
         with self._lock:
-            return {device: path for path, device in self._dirs.items() if device is not None}
+            by_device: dict[int, list[Path]] = {}
+            for path, device in self._dirs.items():
+                if device is not None:
+                    by_device.setdefault(device, []).append(path)
+        for paths in by_device.values():
+            for path in paths:
+                try:
+                    syncfs(path)
+                    break
+                except FileNotFoundError:  # never made, or removed since: another of them will do
+                    continue
 
     def sync_data(self) -> None:
         """Make durable the files whose sync was deferred: one ``syncfs`` per filesystem."""
-        for path in self._by_device().values():
-            _unless_gone(syncfs, path)
+        self._syncfs_each()
 
     def sync_dirs(self) -> None:
         """Make durable the renames into every directory seen: ``syncfs`` where trusted, else ``fsync``."""
-        for path in self._by_device().values():
-            _unless_gone(syncfs, path)
+        self._syncfs_each()
         with self._lock:
             others = [path for path, device in self._dirs.items() if device is None]
         for path in others:

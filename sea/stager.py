@@ -84,29 +84,41 @@ def stage_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None
     try:
         fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
         try:
-            size = _copy_data(fin, fout, interrupt)
-            for name in os.listxattr(fin):  # as shutil.copystat does (a tier's files seldom have any)
-                try:
-                    os.setxattr(fout, name, os.getxattr(fin, name))
-                except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno.EACCES):
-                        raise
-            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))  # after the last write
-            copied = os.fstat(fout)
-            if stat.S_IMODE(copied.st_mode) != mode:  # the umask took bits off at creation
-                os.fchmod(fout, mode)
+            try:
+                size = _copy_data(fin, fout, interrupt)
+                _copy_xattrs(fin, fout)
+                os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))  # after the last write
                 copied = os.fstat(fout)
-            if sync:
-                os.fsync(fout)
+                if stat.S_IMODE(copied.st_mode) != mode:  # the umask took bits off at creation
+                    os.fchmod(fout, mode)
+                    copied = os.fstat(fout)
+                if sync:
+                    os.fsync(fout)
+            finally:
+                os.close(fout)  # its error too (a quota, on NFS) leaves no temporary behind
         except BaseException:
             _unlink(tmp)
             raise
-        finally:
-            os.close(fout)
     finally:
         os.close(fin)
     return tmp, size, copied
 
+
+def _copy_xattrs(fin: int, fout: int) -> None:
+    """As ``shutil.copystat`` does: a filesystem without them, or a name not allowed here, is skipped."""
+    ignored = (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno.EACCES)
+    try:
+        names = os.listxattr(fin)
+    except OSError as exc:
+        if exc.errno not in ignored:
+            raise
+        return
+    for name in names:
+        try:
+            os.setxattr(fout, name, os.getxattr(fin, name))
+        except OSError as exc:
+            if exc.errno not in ignored:
+                raise
 
 
 def _retry_in_new_dir(dst: Path, make: Callable[[], object]):
@@ -137,30 +149,41 @@ def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int
     while data := os.read(fin, chunk):
         if interrupt is not None and interrupt():
             raise Yielded("a copy the run needs came first")
-        os.write(fout, data)  # a regular file takes a whole write, or raises
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fout, view):]
         size += len(data)
     return size
 
 
 def _unlink(path: Path) -> None:
+    """Remove a temporary; one that cannot be (the filesystem failing) is said, and left for the
+    next run's sweep of temporaries."""
     try:
         path.unlink()
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        logger.warning("[Sea] could not remove the temporary %s (%s)", path, exc.strerror or exc)
 
 
 def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
     """Copy ``src`` to ``dst`` through a temporary name, durably (:func:`stage_copy`, a rename, an
     ``fsync`` of the directory); returns the bytes copied."""
     tmp, size, _ = stage_copy(src, dst, interrupt)
+    _put_in_place(tmp, dst)
+    fsync_dir(dst.parent)
+    return size
+
+
+def _put_in_place(tmp: Path | None, dst: Path) -> None:
+    """Rename a written temporary over its final name (``None``: made in place already)."""
     if tmp is not None:
         try:
             os.replace(tmp, dst)
         except BaseException:
             _unlink(tmp)
             raise
-    fsync_dir(dst.parent)
-    return size
 
 
 def walk_files(root: Path, empty_dirs: bool = False):
@@ -227,7 +250,7 @@ class FlushBatch:
         return sum(size for size, _ in self.timings)
 
 
-WRITE, RENAME = 1, 0  # a queued file's step: a batch's renames, once it is all written and synced, go first
+WRITE, RENAME = 1, 0  # a queued file's step: renames (of a batch all written and synced) go before any write
 
 
 class Stager:
@@ -269,7 +292,7 @@ class Stager:
             self._idle.notify_all()  # an optional copy waiting for an idle link looks again
 
     def _put(self, priority: float, step: int, batch: FlushBatch | None, src: Path | None, dst: Path | None) -> None:
-        self._queue.put((priority, step, next(self._order), batch, src, dst))
+        self._queue.put((step, priority, next(self._order), batch, src, dst))
 
     def _link_busy(self) -> bool:
         """A copy the run needs (a declared output, a directory that must go home) is queued or under way."""
@@ -278,26 +301,32 @@ class Stager:
     def _work(self) -> None:
         while True:
             item = self._queue.get()
-            priority, step, _, batch, src, dst = item
+            step, priority, _, batch, src, dst = item
             if batch is None:
                 return
-            if step == RENAME:
-                self._rename(batch, dst)
-            elif priority == CHECKPOINT and self._link_busy() and priority not in self._abandoning:
-                # an optional copy takes the link only when it is idle: back in line until then
-                self._queue.put(item)
-                with self._idle:
-                    self._idle.wait(0.2)  # woken when a copy settles or another is submitted
-                continue
-            elif not self._write(batch, src, dst, priority):
-                self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
-                continue
+            try:
+                if step == RENAME:
+                    self._rename(batch, dst)
+                elif priority == CHECKPOINT and self._link_busy() and priority not in self._abandoning:
+                    # an optional copy takes the link only when it is idle: back in line until then
+                    self._queue.put(item)
+                    with self._idle:
+                        self._idle.wait(0.2)  # woken when a copy settles or another is submitted
+                    continue
+                elif not self._write(batch, src, dst, priority):
+                    self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
+                    continue
+            except Exception as exc:  # noqa: BLE001 - a thread that dies would leave its batch unsettled, drain() waiting
+                logger.exception("[Sea] copying %s to %s failed", src, dst)
+                with batch._lock:
+                    batch.errors.append(f"could not copy {src} to {dst}: {exc}")
             self._step_done(batch, priority)
 
     def abandon(self, priority: int) -> int:
         """Take the copies of ``priority`` out of the queue and stop those under way (the run is
         over and they are optional); their batches settle without them (``FlushBatch.abandoned``),
-        and nothing of such a batch is renamed into place. Returns how many files were dropped."""
+        and of such a batch, what waits for its end to be renamed is not (the engine drops what a
+        directory's copy already holds). Returns how many files were dropped."""
         self._abandoning.add(priority)  # those being copied stop at their next chunk
         kept, dropped = [], []
         while True:
@@ -305,7 +334,7 @@ class Stager:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            (dropped if item[0] == priority and item[1] == WRITE and item[3] is not None else kept).append(item)
+            (dropped if item[0] == WRITE and item[1] == priority and item[3] is not None else kept).append(item)
         for item in kept:
             self._queue.put(item)
         for _, _, _, batch, src, dst in dropped:
@@ -327,9 +356,8 @@ class Stager:
             try:
                 batch._sync.sync_data()
             except OSError as exc:  # nothing of it is known to be durable: none of it goes in place
-                message = f"could not make the copies of {batch.key} durable: {exc.strerror or exc}"
-                logger.error("[Sea] %s; the sources are kept", message)
-                batch.errors.append(message)
+                logger.error("[Sea] could not make the copies of %s durable (%s); the sources are kept", batch.key, exc.strerror or exc)
+                batch.errors.extend(f"could not copy {src} to {dst}: {exc.strerror or exc}" for dst, (src, *_) in batch._staged.items())
                 rename = False
             batch._sync_seconds += time.perf_counter() - start
         if rename:
@@ -350,7 +378,9 @@ class Stager:
             try:
                 batch._sync.sync_dirs()
             except OSError as exc:
-                batch.errors.append(f"could not make the copies of {batch.key} durable: {exc.strerror or exc}")
+                message = f"could not make the copies of {batch.key} durable: {exc.strerror or exc}"
+                logger.error("[Sea] %s", message)
+                batch.errors.append(message)
             batch._sync_seconds += time.perf_counter() - start
         if batch.timings and batch._sync_seconds:  # each file's share of the batch's syncs (the copy cost model learns it)
             share = batch._sync_seconds / len(batch.timings)
@@ -381,12 +411,7 @@ class Stager:
                 with batch._lock:
                     batch._staged[dst] = (src, tmp, size, st, time.perf_counter() - start)
                 return
-            if tmp is not None:
-                try:
-                    os.replace(tmp, dst)
-                except BaseException:
-                    _unlink(tmp)
-                    raise
+            _put_in_place(tmp, dst)
             self._committed(batch, dst, size, st, time.perf_counter() - start)
 
         return self._retrying(batch, src, dst, write)

@@ -105,3 +105,34 @@ def build_tiers_as(uid: int, gid: int, tiers: list[Path], home: Path) -> list[st
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert result.returncode == 0, result.stderr
     return result.stdout.splitlines()
+
+
+def refused_while_running(script: str, home: Path, second, times: int = 1, cwd: Path | None = None, timeout: float = 240) -> str:
+    """Start ``script`` (a Sea run) in a child process; once it holds ``home``'s run lock and is
+    under way, call ``second`` (another run on ``home``) ``times`` times: each must be refused in one
+    line naming the first (its PID and host) while the first goes on. Returns the first's output,
+    once it succeeded."""
+    import socket
+    import time
+
+    from sea.lock import LOCK, SeaRunLocked
+
+    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd)
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / LOCK).exists():
+            assert first.poll() is None and time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.05)
+        time.sleep(1.0)  # the first run is under way: its nodes run, its copies go home
+        for _ in range(times):
+            with pytest.raises(SeaRunLocked) as info:
+                second()
+            message = str(info.value)
+            assert "\n" not in message and f"PID {first.pid}" in message and socket.gethostname() in message, message
+            assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
+        log = first.communicate(timeout=timeout)[0]
+        assert first.returncode == 0, log[-3000:]
+        return log
+    finally:
+        if first.poll() is None:
+            first.kill()

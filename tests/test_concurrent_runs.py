@@ -17,7 +17,7 @@ import pytest
 
 from sea.lock import LOCK, STALE_AFTER, SeaRunLocked
 
-from conftest import sea_private_dirs, tree_files
+from conftest import refused_while_running, sea_private_dirs, tree_files
 from nipype_workflows import build_full, fn, make_subjects, run
 
 FIRST = """
@@ -48,24 +48,9 @@ def test_a_second_run_on_the_same_work_directory_is_refused_and_the_first_is_unt
     expected = tree_files(disk_dir / "mp-out")
     work, out = disk_dir / "work", disk_dir / "out"
     script = FIRST.format(tests=str(Path(__file__).parent), data=str(data), subjects=subjects, work=str(work), out=str(out), tier=str(shm_dir))
-    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=disk_dir)
-    try:
-        deadline = time.monotonic() + 60
-        while not (work / LOCK).exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never started"
-            time.sleep(0.05)
-        time.sleep(1.0)  # the first run is under way: its nodes run, its copies go home
-        for _ in range(2):  # as a resubmitted job would, twice
-            with pytest.raises(SeaRunLocked) as info:
-                run(build_full(data, subjects, work, out), "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
-            message = str(info.value)
-            assert "\n" not in message and f"PID {first.pid}" in message and socket.gethostname() in message, message
-            assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
-        log = first.communicate(timeout=120)[0]
-        assert first.returncode == 0, log[-3000:]
-    finally:
-        if first.poll() is None:
-            first.kill()
+    # as a resubmitted job would, twice
+    second = lambda: run(build_full(data, subjects, work, out), "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})  # noqa: E731
+    refused_while_running(script, work, second, times=2, cwd=disk_dir, timeout=120)
     assert tree_files(out) == expected, "the first run's outputs differ from a run alone"
     assert not (work / LOCK).exists() and sea_private_dirs(shm_dir) == []
     # once it ended, the same command runs (and finds everything done)

@@ -120,3 +120,20 @@ def test_a_copy_keeps_its_sources_mode_under_any_umask_and_its_extended_attribut
         assert stat.S_IMODE(dst.stat().st_mode) == stat.S_IMODE(src.stat().st_mode), dst
     if xattrs:
         assert os.getxattr(files[0][1], "user.sea-test") == b"kept"
+
+
+def test_a_filesystem_is_synced_through_any_of_its_directories_that_still_exists(disk_dir, monkeypatch):
+    """The batch's last directory was never made (its copy failed first) or was removed: the files
+    written in its other directories on that filesystem are still synced before their renames."""
+    import sea.durable
+
+    synced: list[Path] = []
+    real = sea.durable.syncfs
+    monkeypatch.setattr(sea.durable, "syncfs", lambda path: (real(path), synced.append(path)))
+    sync = BatchSync(files=100)
+    made, gone = disk_dir / "made", disk_dir / "never-made"
+    made.mkdir()
+    assert sync.defer(made) and sync.defer(gone)  # the order the stager's threads saw them in
+    sync.sync_data()
+    sync.sync_dirs()
+    assert synced == [made, made], synced

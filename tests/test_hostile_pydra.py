@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import filecmp
 import shutil
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sea_private_dirs
+from conftest import refused_while_running, sea_private_dirs
 
 pytestmark = [pytest.mark.skipif(sys.version_info < (3, 11), reason="Pydra 1.0 needs Python >= 3.11"), pytest.mark.timeout(300)]
 
@@ -62,27 +60,11 @@ def images(tmp_path):
 
 
 def test_a_second_pydra_run_on_the_same_cache_root_is_refused_and_the_first_is_untouched(disk_dir, shm_dir, images):
-    from sea.lock import LOCK, SeaRunLocked
+    from sea.lock import LOCK
 
     cache = disk_dir / "cache"
     script = FIRST.format(tests=str(TESTS), images=[str(p) for p in images], cache=str(cache), tier=str(shm_dir))
-    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=disk_dir)
-    try:
-        deadline = time.monotonic() + 60
-        while not (cache / LOCK).exists():
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never started"
-            time.sleep(0.05)
-        time.sleep(1.0)
-        with pytest.raises(SeaRunLocked) as info:
-            study("sea", cache, images, shm_dir)
-        message = str(info.value)
-        assert "\n" not in message and f"PID {first.pid}" in message and socket.gethostname() in message, message
-        assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
-        log = first.communicate(timeout=240)[0]
-        assert first.returncode == 0, log[-3000:]
-    finally:
-        if first.poll() is None:
-            first.kill()
+    log = refused_while_running(script, cache, lambda: study("sea", cache, images, shm_dir), cwd=disk_dir)
     outs = [Path(line[4:]) for line in log.splitlines() if line.startswith("OUT ")]
     reference = study("cf", disk_dir / "cf", images)
     assert same_files(outs, reference), "the first run's outputs differ from cf's"
