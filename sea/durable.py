@@ -38,23 +38,28 @@ SYNCFS_MIN_FILES = 16
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def fsync_dir(path: Path) -> None:
+def _through_dir(path: Path, call) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        call(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    """``fsync`` of the directory ``path``: the names renamed into it are durable."""
+    _through_dir(path, os.fsync)
+
+
+def _syncfs(fd: int) -> None:
+    if _libc.syncfs(fd) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, os.strerror(error))
 
 
 def syncfs(path: Path) -> None:
     """``syncfs(2)`` of the filesystem ``path`` (a directory) is on."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _libc.syncfs(fd) != 0:
-            error = ctypes.get_errno()
-            raise OSError(error, os.strerror(error), str(path))
-    finally:
-        os.close(fd)
+    _through_dir(path, _syncfs)
 
 
 def filesystem_types() -> dict[int, str]:
@@ -84,17 +89,18 @@ class BatchSync:
         """Whether a file written into ``directory`` may leave its sync to :meth:`sync_data`."""
         with self._lock:
             if directory not in self._dirs:
-                device = None
+                synced_with = None
                 if self._batched:
                     if self._types is None:
                         self._types = filesystem_types()
-                    st_dev = _device(directory)
-                    device = st_dev if self._types.get(st_dev) in SYNCFS_TRUSTED else None
-                self._dirs[directory] = device
+                    st_dev = device(directory)
+                    synced_with = st_dev if self._types.get(st_dev) in SYNCFS_TRUSTED else None
+                self._dirs[directory] = synced_with
             return self._dirs[directory] is not None
 
-    def _syncfs_each(self) -> None:
-        """One ``syncfs`` per filesystem, through any of its directories that still exists."""
+    def sync_data(self) -> None:
+        """Make durable the files whose sync was deferred: one ``syncfs`` per filesystem, through
+        any of its directories that still exists."""
         with self._lock:
             by_device: dict[int, list[Path]] = {}
             for path, device in self._dirs.items():
@@ -108,21 +114,17 @@ class BatchSync:
                 except FileNotFoundError:  # never made, or removed since: another of them will do
                     continue
 
-    def sync_data(self) -> None:
-        """Make durable the files whose sync was deferred: one ``syncfs`` per filesystem."""
-        self._syncfs_each()
-
     def sync_dirs(self) -> None:
         """Make durable the renames into every directory seen: ``syncfs`` where trusted, else ``fsync``."""
-        self._syncfs_each()
+        self.sync_data()
         with self._lock:
             others = [path for path, device in self._dirs.items() if device is None]
         for path in others:
             _unless_gone(fsync_dir, path)
 
 
-def _device(directory: Path) -> int:
-    """The device of ``directory``, or of its nearest existing parent (it is made on the first write)."""
+def device(directory: Path) -> int:
+    """The device of ``directory``, or of its nearest existing parent (one not made yet)."""
     path = directory
     while True:
         try:

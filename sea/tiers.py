@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
+from .durable import device
 from .private import KEPT_FILE, OWNER_FILE, PrivateDir
 from .sizes import format_size, parse_fraction, parse_size
 
@@ -88,7 +89,7 @@ class StorageHierarchy:
     def build(cls, config: SeaConfig, home: Path) -> StorageHierarchy:
         """Check every tier against the home and create Sea's private directories."""
         home = Path(home).resolve()
-        home_dev = _device(home)
+        home_dev = device(home)
         specs = list(config.tiers) if config.tiers is not None else discover_tiers(home)
         checked: list[tuple[TierSpec, Path, int | None]] = []
         seen_devices: dict[int, str] = {}
@@ -118,7 +119,7 @@ class StorageHierarchy:
                 continue
             if root == home or home in root.parents:
                 raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the workflow's base_dir")
-            dev = _device(root)
+            dev = device(root)
             if dev == home_dev:
                 raise SeaConfigError(
                     f"{where}: {spec.path!r} is on the same filesystem as the home {str(home)!r}, so it would not take "
@@ -282,13 +283,13 @@ def remove_dead_private_dirs(root: Path) -> tuple[list[Path], list[Path]]:
 
 def discover_tiers(home: Path) -> list[TierSpec]:
     """``$SLURM_TMPDIR``, ``$TMPDIR``, ``/dev/shm``: those that exist, are writable and are not the home's filesystem."""
-    home_dev = _device(home)
+    home_dev = device(home)
     found, devices = [], set()
     for candidate in DISCOVERY_ORDER:
         path = os.environ.get(candidate[1:]) if candidate.startswith("$") else candidate
         if not path or not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
             continue
-        dev = _device(Path(path))
+        dev = device(Path(path))
         if dev == home_dev or dev in devices:
             continue
         devices.add(dev)
@@ -342,13 +343,6 @@ def _refuse_writable_by_others(root: Path, written: str, where: str) -> None:
                 f"who could swap Sea's directory under it; use a directory only you can write (chmod go-w {str(directory)!r}, "
                 "or a directory of your own in /dev/shm or $SLURM_TMPDIR)"
             )
-
-
-def _device(path: Path) -> int:
-    path = Path(path)
-    while not path.exists():
-        path = path.parent
-    return path.stat().st_dev
 
 
 def _capacity(spec: TierSpec, root: Path, where: str) -> int | None:
