@@ -97,6 +97,50 @@ def workflow_home(graph) -> Path | None:
     return Path(base_dirs.pop()).resolve()
 
 
+def use_temporary_home(graph) -> Path:
+    """A workflow without ``base_dir``: Nipype gives each node a ``mkdtemp()`` of its own (some made
+    already, by ``Workflow.run`` fixing the consumers' ``input_source``). Give every node one
+    temporary directory instead, the home, and repoint ``input_source``."""
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="sea-home-")).resolve()
+    moved = {}
+    for node in graph.nodes():
+        before = Path(node.output_dir())
+        node.base_dir, node._output_dir = str(home), None
+        moved[before] = Path(node.output_dir())
+    _repoint_inputs(graph, moved)
+    return home
+
+
+def writes_provenance(config) -> bool:
+    """``execution.write_provenance`` is on: ``Workflow.run`` reads every node's result after the plugin."""
+    from nipype.utils.misc import str2bool
+
+    return str2bool(config["execution"].get("write_provenance", False))
+
+
+def run_dirs(graph) -> dict:
+    """What the plugin changes on the caller's nodes (their directory, where they read inputs), to
+    put back after the run with :func:`restore_run_dirs`: ``Workflow.run`` returns these nodes, and
+    their results are read (``node.result``, provenance) at their usual paths."""
+    return {node: (node._output_dir, dict(node.input_source)) for node in graph.nodes()}
+
+
+def restore_run_dirs(saved: dict) -> None:
+    for node, (output_dir, input_source) in saved.items():
+        node._output_dir = output_dir
+        node.input_source.clear()
+        node.input_source.update(input_source)
+
+
+def _repoint_inputs(graph, moved: dict[Path, Path]) -> None:
+    for node in graph.nodes():
+        for field, (result, out) in list(node.input_source.items()):
+            if Path(result).parent in moved:
+                node.input_source[field] = (str(moved[Path(result).parent] / Path(result).name), out)
+
+
 def forget_stale_links(graph, home: Path) -> int:
     """Undo what links left by a killed run did to the graph before Sea saw it.
 
@@ -114,10 +158,7 @@ def forget_stale_links(graph, home: Path) -> int:
             (home / key).unlink()
         node._output_dir = None
         moved[current] = Path(node.output_dir())
-    for node in graph.nodes():
-        for field, (result, out) in list(node.input_source.items()):
-            if Path(result).parent in moved:
-                node.input_source[field] = (str(moved[Path(result).parent] / Path(result).name), out)
+    _repoint_inputs(graph, moved)
     return len(moved)
 
 

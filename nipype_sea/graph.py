@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from sea import NodeSpec
@@ -10,24 +11,27 @@ from . import _nipype_internals as nx_
 
 
 def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
-    """One spec per execution node; keys are node directories relative to ``home``."""
+    """One spec per execution node directory; keys are node directories relative to ``home``."""
 
     def key(directory: Path) -> str:
         return str(Path(directory).relative_to(home))
 
-    specs = []
+    specs: dict[str, NodeSpec] = {}
     for node in graph.nodes():
         interface = nx_.interface_name(node)
         sink = nx_.sink_base_directory(node) if interface in sinks else None
-        specs.append(
-            NodeSpec(
-                key=key(nx_.logical_dir(node)),
-                kind=f"{interface}:{node.name}",
-                signature=nx_.own_inputs(node),
-                upstream=tuple((key(d), label) for d, label in nx_.producers(node, graph)),
-                sink_destination=sink,
-                persist_dir=interface in sinks and sink is None,
-                reuses_dir=nx_.is_mapnode(node),
-            )
+        spec = NodeSpec(
+            key=key(nx_.logical_dir(node)),
+            kind=f"{interface}:{node.name}",
+            signature=nx_.own_inputs(node),
+            upstream=tuple((key(d), label) for d, label in nx_.producers(node, graph)),
+            sink_destination=sink,
+            persist_dir=interface in sinks and sink is None,
+            reuses_dir=nx_.is_mapnode(node),
         )
-    return specs
+        twin = specs.get(spec.key)
+        if twin is not None:  # two nodes, one directory (iterables repeating a value, parameterize_dirs=False):
+            # one node for the core, reading what either reads; the plugin runs the second after the first
+            spec = replace(twin, upstream=tuple(dict.fromkeys(twin.upstream + spec.upstream)))
+        specs[spec.key] = spec
+    return list(specs.values())

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import nipype
 
 from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
-from sea.config import unknown_key
+from sea.config import Checkpoints, unknown_key
 from sea.interrupt import StopSignals
 
 from . import _nipype_internals as nx_
@@ -55,6 +56,9 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         self._graph = None
         self._copies: dict[str, dict[str, str]] = {}  # key -> the copies a running node reads
         self._keys: dict[int, str] = {}
+        self._runs: dict[str, int] = {}  # key -> the job that runs in that directory (two may share one)
+        self._done: set[str] = set()  # keys whose job finished (a second job there is its twin)
+        self._failed: set[str] = set()
         self.home: Path | None = None
         self.report = None
 
@@ -63,14 +67,23 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if graph.number_of_nodes() == 0:
             return super().run(graph, config, updatehash=updatehash)
         home = nx_.workflow_home(graph)
-        if home is None:
-            raise SeaConfigError(
-                "the workflow has no base_dir: Sea keeps its resumable state and outputs there (the home, on the "
-                "shared filesystem); set workflow.base_dir = '/path/to/work' before run()"
-            )
+        if home is None:  # Nipype would give each node a temporary directory of its own
+            home = nx_.use_temporary_home(graph)
+            logger.warning("[Sea] the workflow has no base_dir: its node directories go to %s, kept after the run (set workflow.base_dir to choose)", home)
         self.home = home
         if nx_.forget_stale_links(graph, home):
             logger.warning("[Sea] links left in %s by a killed run were removed; their nodes run again", home)
+        saved = nx_.run_dirs(graph)
+        try:
+            return self._run(graph, config, updatehash, home)
+        finally:
+            nx_.restore_run_dirs(saved)  # the nodes Workflow.run returns name their directories in the home
+
+    def _run(self, graph, config, updatehash, home: Path):
+        if nx_.writes_provenance(config) and self.sea_config.checkpoint_mode is not Checkpoints.ALL:
+            # provenance reads every node's result after the run: keep every directory
+            logger.warning("[Sea] execution.write_provenance reads every node's result after the run: node directories are kept (checkpoints: all)")
+            self.sea_config = replace(self.sea_config, checkpoints=Checkpoints.ALL)
         self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results)
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
@@ -112,6 +125,14 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         ordered = []
         for key in self.engine.order(list(by_key)):
             jobid = by_key[key]
+            if self._runs.setdefault(key, jobid) != jobid:  # a twin: another job has its directory
+                if key in self._failed:  # ... and failed there: this one runs, as Linear would run it
+                    self._runs[key] = jobid
+                    self._failed.discard(key)
+                else:  # the same node (its directory names its inputs): done once the other one is
+                    if key in self._done:
+                        self.skip_job(jobid)
+                    continue
             if self.engine.is_skipped(key):
                 self.skip_job(jobid)
                 continue
@@ -162,6 +183,9 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_finished(self, node, cached: bool, result=None) -> None:
         key = self._node_key(node)
+        if key in self._done:  # a twin, done when the other one was
+            return
+        self._done.add(key)
         copies = self._copies.pop(key, {})
         if copies:  # before its consumers read its outputs, and before the copies go
             nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), copies)
@@ -188,6 +212,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def job_failed(self, node) -> None:
         key = self._node_key(node)
+        self._failed.add(key)
         self._copies.pop(key, None)
         if key in self.engine.graph:
             self.engine.node_failed(key)

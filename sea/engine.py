@@ -559,7 +559,7 @@ class SeaEngine:
                 files,
                 size,
                 self.graph.producers(key),
-                forced=node.in_place or key in self._home_dirs or node.spec.persist_dir,
+                forced=node.in_place or key in self._home_dirs or node.spec.persist_dir or self._is_result(node),
                 consumed=bool(node.consumers_left) or node.open_ended,
             )
             self.report.nodes_run += 1
@@ -766,10 +766,22 @@ class SeaEngine:
             # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
             self._submit(node, FlushBatch(key, files, self._dir_committed), self._priority(node))
 
+    def _is_result(self, node: _Node) -> bool:
+        """Nothing consumes the node: its results are what the workflow made (what a user reads
+        after the run, where a later run's cache check finds them), so its directory goes home like a
+        declared output. Not a sink's: a sink's result is what it delivers."""
+        return (
+            not self.graph.consumers(node.spec.key)
+            and not node.open_ended
+            and node.part_of is None
+            and node.spec.sink_destination is None
+            and not node.spec.persist_dir
+        )
+
     def _priority(self, node: _Node) -> int:
         if node.spec.persist_dir:
             return DECLARED
-        if self.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.key in self._home_dirs):
+        if self.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.key in self._home_dirs or self._is_result(node)):
             return CHECKPOINT
         return KEPT
 
