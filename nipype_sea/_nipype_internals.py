@@ -410,8 +410,9 @@ def _rewrite_results(result_files, rewrite) -> list[str]:
             if new != value:
                 written.append(new)
             return new
-        if isinstance(value, (list, tuple)):
-            return type(value)(moved(v) for v in value)
+        if isinstance(value, (list, tuple)):  # a traits list (TraitListObject) is written back as a list
+            items = [moved(v) for v in value]
+            return type(value)(items) if type(value) in (list, tuple) else (list if isinstance(value, list) else tuple)(items)
         if isinstance(value, dict):
             return {k: moved(v) for k, v in value.items()}
         return value

@@ -312,7 +312,9 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
 
     if result.outputs is not None:
         for field in attrs.fields(type(result.outputs)):
-            setattr(result.outputs, field.name, TypeParser.apply_to_instances(FileSet, relocate, getattr(result.outputs, field.name)))
+            # past the field's converter: it would make each type of a union (NiftiGzX before NiftiGz)
+            # check that the files are at their new paths, where the copy is not yet
+            object.__setattr__(result.outputs, field.name, TypeParser.apply_to_instances(FileSet, relocate, getattr(result.outputs, field.name)))
     if move_cache_dir:
         result.cache_dir = move(Path(result.cache_dir))
     elif not changed:

@@ -152,7 +152,8 @@ class SeaConfig:
             "auto (a node whose recomputation, with the evicted producers it needs, would take longer than "
             "copying its directory home), none (only declared outputs go home; a rerun recomputes what a "
             "changed node needs), all (every node directory: reruns re-execute exactly what MultiProc or "
-            "cf would, for the most bytes and files on the shared filesystem)",
+            "cf would, for the most bytes and files on the shared filesystem). Whatever the mode, the "
+            "directory of a node nothing consumes (the workflow's result, unless it is a sink) goes home",
             "auto",
         ),
     )
