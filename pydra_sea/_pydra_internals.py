@@ -102,11 +102,17 @@ def output_node_names(workflow_job) -> set[str]:
     return {v._node.name for v in values.values() if isinstance(v, LazyOutField)}
 
 
+def readonly_caches(job) -> list[Path]:
+    """The Submitter's ``readonly_caches``: other runs' caches, searched after ``cache_root``."""
+    return [Path(p) for p in job.all_caches[1:]]
+
+
 def cached_result(job, root: Path) -> ty.Any | None:
-    """The job's result if ``root`` holds it, complete and not errored (Pydra's own cache check)."""
+    """The job's result if ``root`` or a read-only cache holds it, complete and not errored (Pydra's
+    own cache check, ``Job.done``, searches the same places in the same order)."""
     from pydra.engine.result import load_result
 
-    result = load_result(job.checksum, [Path(root)])
+    result = load_result(job.checksum, [Path(root), *readonly_caches(job)])
     return result if result is not None and not result.errored else None
 
 

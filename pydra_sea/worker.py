@@ -97,13 +97,15 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _held: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(workflow job) -> output job keys
     _slots: _Processes | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _persisted: set = attrs.field(factory=set, init=False, repr=False, eq=False)  # keys whose directory comes home
-    _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> futures waiting for it to settle
+    _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # (key, quiet) -> futures waiting for it to settle (see _settled)
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
     _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
     _machine: str | None = attrs.field(default=None, init=False, repr=False, eq=False)  # on a Dask worker: its name
     _dask_run: ty.Any = attrs.field(default=None, init=False, repr=False, eq=False)  # the client's DaskRun
     _ran: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # (key, read a tier) of jobs run
+    _claimed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the job Sea places
+    _ended: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> set once that job ended
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
@@ -171,6 +173,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         engine, self.engine = self.engine, None
         self._registered.clear()
         self._persisted.clear()
+        self._claimed.clear()
+        self._ended.clear()
         self._slots = self._loop_of_run = None  # bound to this run's event loop
         return engine, self._interrupt.received is not None
 
@@ -225,9 +229,26 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             return await super().run(job, rerun=rerun)
         workflow_job, graph, node = found
         self._register(workflow_job, graph, node)
-        engine, key, home = self.engine, job.checksum, Path(self._workflows[0].cache_root)
-        if not rerun and not engine.is_fresh(key) and (cached := px_.cached_result(job, home)) is not None:
-            engine.node_cached(key)  # done by an earlier run: Pydra would not run it either
+        key, home = job.checksum, Path(self._workflows[0].cache_root)
+        if self._claimed.setdefault(key, job) is not job:
+            # the same task and inputs in another nested workflow (or state): cf runs both in one
+            # directory, the second waiting for the first's lock, then finding its result. Here it
+            # waits until the first ended and nothing of it moves into the home any more (a copy
+            # home replaces the directory at its path), then runs as cf would, in the home, where
+            # Pydra's cache holds the first's result if it went home (else it runs again there)
+            await self._ended.setdefault(key, asyncio.Event()).wait()
+            if self.engine is not None:
+                await self._settled(key, quiet=True)
+            return await super().run(job, rerun=rerun)
+        try:
+            return await self._run_claimed(job, key, home, rerun)
+        finally:
+            self._ended.setdefault(key, asyncio.Event()).set()
+
+    async def _run_claimed(self, job, key: str, home: Path, rerun: bool):
+        engine = self.engine
+        if not rerun and (not engine.is_fresh(key) or px_.readonly_caches(job)) and (cached := px_.cached_result(job, home)) is not None:
+            engine.node_cached(key)  # done by an earlier run (here or in a read-only cache): Pydra would not run it either
             return cached
         if self._slots is None:
             self._slots = _Processes(self.n_procs, engine.order)
@@ -242,6 +263,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if key in self._persisted:  # its directory will move home (Pydra asks the tier until then)
                 px_.look_home_first(job, home, engine.physical_dir(key).parent)
             engine.node_finished(key)
+        self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
             # returned: by then the job's directory must be home (a hard link, not a copy)
@@ -297,17 +319,20 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             os.chdir("/")
         return super().uncloudpickle_and_run(job_pkl, rerun)
 
-    async def _settled(self, key: str) -> None:
+    async def _settled(self, key: str, quiet: bool = False) -> None:
+        """Until the job's directory settled (``SeaEngine.is_settled``), or with ``quiet``, until
+        nothing of it moves into the home any more (``SeaEngine.is_quiet``)."""
         waiter = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(key, []).append(waiter)
+        self._waiting.setdefault((key, quiet), []).append(waiter)
         self._wake_waiters()
         await waiter
 
     def _wake_waiters(self) -> None:
         if self.engine is None:  # the run ended
             return
-        for key in [k for k in self._waiting if self.engine.is_settled(k)]:
-            for waiter in self._waiting.pop(key):
+        ready = [(k, quiet) for k, quiet in self._waiting if (self.engine.is_quiet(k) if quiet else self.engine.is_settled(k))]
+        for entry in ready:
+            for waiter in self._waiting.pop(entry):
                 if not waiter.done():
                     waiter.set_result(None)
 
@@ -331,8 +356,14 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         if id(node) in self._registered:
             return
         self._registered.add(id(node))
-        name, jobs = px_.name_of(node), px_.jobs_of(node)
-        producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if j.checksum in self.engine.graph)
+        name = px_.name_of(node)
+        # a job with the checksum of one already known runs in the home, not placed (see run)
+        jobs, seen = [], set()
+        for j in px_.jobs_of(node):
+            if j.checksum not in self.engine.graph and j.checksum not in seen:
+                jobs.append(j)
+                seen.add(j.checksum)
+        producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if self._placed_here(j))
         is_output, consumed = name in px_.output_node_names(workflow_job), bool(px_.successors(graph, node))
         # a job no other node reads (it gives the workflow an output, or nothing reads it at all)
         # persists: the stager copies its directory home while the rest runs, and Pydra's cache
@@ -348,14 +379,19 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             held.extend(spec.key for spec in specs)
         for pred in px_.predecessors(graph, node):
             if all(id(s) in self._registered for s in px_.successors(graph, pred)):
-                self.engine.seal([j.checksum for j in px_.jobs_of(pred) if j.checksum in self.engine.graph and j.checksum not in held])
+                self.engine.seal([j.checksum for j in px_.jobs_of(pred) if self._placed_here(j) and j.checksum not in held])
+
+    def _placed_here(self, job) -> bool:
+        """The job is the core's node of its checksum: not one that ran in the home because another
+        job with the same checksum had it (see run); only its own consumers hold that directory."""
+        return job.checksum in self.engine.graph and self._claimed.get(job.checksum, job) is job
 
     # ------------------------------------------------------------------ pickling
     # attrs would generate these for this slotted subclass and drop cf's, which leave out the
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={})  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

@@ -301,6 +301,12 @@ class SeaEngine:
         p = node.placement
         return node.state is State.FINISHED and not node.flushes_pending and (node.keep or node.flush_failed or p is None or p.tier.is_home)
 
+    def is_quiet(self, key: str) -> bool:
+        """Nothing of the node will move into the home any more: it is not running, and no copy of
+        it is on its way there (a node's copies home are decided when it finishes)."""
+        node = self._nodes[key]
+        return node.state is not State.RUNNING and not node.flushes_pending
+
     def holds(self, key: str) -> bool:
         """This machine has the node's directory (its own run, or a replica), not evicted."""
         node = self._nodes.get(key)
