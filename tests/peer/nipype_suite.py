@@ -100,15 +100,34 @@ def counts(results: dict[str, str]) -> str:
     return f"{len(results)} tests: " + ", ".join(f"{sum(1 for v in results.values() if v == kind)} {kind}" for kind in ("passed", "failed", "skipped"))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="only " + ", ".join(SMOKE) + ", not as they are")
-    parser.add_argument("--keep", type=Path, help="copy the suite here and keep it (default: a temporary directory)")
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The options both peer-suite runners take."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="build the suite's tree here and keep it (default: a temporary directory)")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (its output is then shown)")
-    args = parser.parse_args(argv)
-    dest = args.keep or Path(tempfile.mkdtemp(prefix="sea-peer-nipype-"))
-    if args.keep:
+    return parser
+
+
+def workdir(keep: Path | None, prefix: str) -> Path:
+    if keep is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.rmtree(keep, ignore_errors=True)
+    return keep
+
+
+def verdict(sea_only: list[str], unexplained: list[str], dest: Path, keep: Path | None) -> int:
+    """The last line, the tree removed unless kept; exit status 1 on an unexplained Sea-only failure."""
+    print(f"Sea-only failures: {len(sea_only)}, by design: {len(sea_only) - len(unexplained)}, unexplained: {len(unexplained)}")
+    if keep is None:
         shutil.rmtree(dest, ignore_errors=True)
+    return 1 if unexplained else 0
+
+
+def main(argv=None) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--smoke", action="store_true", help="only " + ", ".join(SMOKE) + ", not as they are")
+    args = parser.parse_args(argv)
+    dest = workdir(args.keep, "sea-peer-nipype-")
     copy_suite(dest)
     paths = SMOKE if args.smoke else [COPY]
     plugins = ("MultiProc", "SeaMultiProc") if args.smoke else ("", "MultiProc", "SeaMultiProc")
@@ -134,10 +153,7 @@ def main(argv=None) -> int:
         else:
             unexplained.append(test_id)
             print(f"FAILED ONLY UNDER SEA: {test_id}" + (f" (by design, but failed with {json.dumps(design[1])} too)" if design else ""))
-    print(f"Sea-only failures: {len(sea_only)}, by design: {len(sea_only) - len(unexplained)}, unexplained: {len(unexplained)}")
-    if not args.keep:
-        shutil.rmtree(dest, ignore_errors=True)
-    return 1 if unexplained else 0
+    return verdict(sea_only, unexplained, dest, args.keep)
 
 
 if __name__ == "__main__":

@@ -14,18 +14,16 @@ under Sea and is not in :data:`BY_DESIGN`.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from nipype_suite import outcomes  # noqa: E402
+from nipype_suite import arguments, outcomes, verdict, workdir  # noqa: E402
 
 FILES = [
     "pydra/compose/tests/test_workflow_run.py",
@@ -75,14 +73,10 @@ def run(dest: Path, worker: str, extra: list[str]) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__)
     parser.add_argument("checkout", type=Path, help="Pydra's repository at the commit closest to the installed release")
-    parser.add_argument("--keep", type=Path, help="build the tree here and keep it (default: a temporary directory)")
-    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (its output is then shown)")
     args = parser.parse_args(argv)
-    dest = args.keep or Path(tempfile.mkdtemp(prefix="sea-peer-pydra-"))
-    if args.keep:
-        shutil.rmtree(dest, ignore_errors=True)
+    dest = workdir(args.keep, "sea-peer-pydra-")
     overlay(args.checkout.resolve(), dest)
     cf, sea = run(dest, "cf", args.pytest_args), run(dest, "sea", args.pytest_args)
     for worker, results in (("cf", cf), ("sea", sea)):
@@ -93,10 +87,7 @@ def main(argv=None) -> int:
     for test_id in sea_only:
         reason = BY_DESIGN.get(test_id.split("[")[0])
         print(f"by design: {test_id}: {reason}" if reason else f"FAILED ONLY UNDER SEA: {test_id}")
-    print(f"Sea-only failures: {len(sea_only)}, by design: {len(sea_only) - len(unexplained)}, unexplained: {len(unexplained)}")
-    if not args.keep:
-        shutil.rmtree(dest, ignore_errors=True)
-    return 1 if unexplained else 0
+    return verdict(sea_only, unexplained, dest, args.keep)
 
 
 if __name__ == "__main__":
