@@ -106,6 +106,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _ran: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # (key, read a tier) of jobs run
     _claimed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the job Sea places
     _ended: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> set once that job ended
+    _twins: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> its run in the home (see _twin)
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
@@ -175,6 +176,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._persisted.clear()
         self._claimed.clear()
         self._ended.clear()
+        self._twins.clear()
         self._slots = self._loop_of_run = None  # bound to this run's event loop
         return engine, self._interrupt.received is not None
 
@@ -231,19 +233,29 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._register(workflow_job, graph, node)
         key, home = job.checksum, Path(self._workflows[0].cache_root)
         if self._claimed.setdefault(key, job) is not job:
-            # the same task and inputs in another nested workflow (or state): cf runs both in one
-            # directory, the second waiting for the first's lock, then finding its result. Here it
-            # waits until the first ended and nothing of it moves into the home any more (a copy
-            # home replaces the directory at its path), then runs as cf would, in the home, where
-            # Pydra's cache holds the first's result if it went home (else it runs again there)
-            await self._ended.setdefault(key, asyncio.Event()).wait()
-            if self.engine is not None:
-                await self._settled(key, quiet=True)
-            return await super().run(job, rerun=rerun)
+            return await self._twin(job, rerun)
         try:
             return await self._run_claimed(job, key, home, rerun)
         finally:
             self._ended.setdefault(key, asyncio.Event()).set()
+
+    def _twin(self, job, rerun: bool = False) -> asyncio.Future:
+        """Run ``job``, which has the checksum of a job Sea placed (the same task and inputs in
+        another node, state or nested workflow), once: cf runs both in one directory, the second
+        waiting for the first's lock, then finding its result. Here it waits until the first ended
+        and nothing of it moves into the home any more (a copy home replaces the directory at its
+        path), then runs as cf would, in the home, where Pydra's cache holds the first's result if
+        it went home (else it runs again there). Pydra may submit it too (another nested workflow)."""
+        if id(job) not in self._twins:
+            self._twins[id(job)] = asyncio.ensure_future(self._run_twin(job, rerun))
+        return self._twins[id(job)]
+
+    async def _run_twin(self, job, rerun: bool):
+        key = job.checksum
+        await self._ended.setdefault(key, asyncio.Event()).wait()
+        if self.engine is not None:
+            await self._settled(key, quiet=True)
+        return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
 
     async def _run_claimed(self, job, key: str, home: Path, rerun: bool):
         engine = self.engine
@@ -363,6 +375,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if j.checksum not in self.engine.graph and j.checksum not in seen:
                 jobs.append(j)
                 seen.add(j.checksum)
+            else:  # Pydra submits no job whose checksum another job of the workflow has: it waits for
+                # its result in cache_root, where a job placed on a tier may never be; run it there
+                self._twin(j)
         producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if self._placed_here(j))
         is_output, consumed = name in px_.output_node_names(workflow_job), bool(px_.successors(graph, node))
         # a job no other node reads (it gives the workflow an output, or nothing reads it at all)
@@ -391,7 +406,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={})  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={})  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

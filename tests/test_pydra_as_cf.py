@@ -31,6 +31,15 @@ def Multiply(x: int, y: int) -> int:
 
 
 @python.define
+def Add2At12Slowly(x: int) -> int:
+    import time
+
+    if x == 12:  # as Pydra's own Add2 (its tests' utils): one state lags behind the others
+        time.sleep(1)
+    return x + 2
+
+
+@python.define
 def SlowAdd2(x: int) -> int:
     import time
 
@@ -84,4 +93,22 @@ def test_readonly_caches_are_read(tmp_path, shm_dir):
     second = [p.name for p in (tmp_path / "second").iterdir() if p.name.startswith("python-")]
     first = {p.name for p in (tmp_path / "first").iterdir() if p.name.startswith("python-")}
     assert not set(second) & first, "a job found in the read-only cache was copied into the second"
+    assert sea_private_dirs(shm_dir) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_job_with_the_checksum_of_another_nodes_job(tmp_path, shm_dir):
+    """Within one workflow, Pydra submits no job whose checksum another job has and waits for its
+    result in cache_root: here add2_2nd(24) has add2_1st(24)'s checksum (2 * 12 + 2 = 22 + 2). Sea
+    ran add2_1st(24) on a tier, evicted it, and Pydra waited forever (Pydra's test_wf_3sernd_ndst_1)."""
+
+    @workflow.define
+    def Serial(x: list[int], y: list[int]) -> list[int]:
+        mult = workflow.add(Multiply().split(["x", "y"], x=x, y=y), name="mult")
+        add2_1st = workflow.add(Add2At12Slowly(x=mult.out), name="add2_1st")
+        add2_2nd = workflow.add(Add2At12Slowly(x=add2_1st.out), name="add2_2nd")
+        return add2_2nd.out
+
+    outputs = {worker: run(worker, Serial(x=[1, 2], y=[11, 12]), tmp_path / worker, shm_dir).outputs.out for worker in ("cf", "sea")}
+    assert outputs["sea"] == outputs["cf"] == [15, 16, 26, 28]
     assert sea_private_dirs(shm_dir) == []
