@@ -87,12 +87,12 @@ def by_design(test_id: str) -> tuple[str, dict] | None:
     return BY_DESIGN.get(test_id.split("[")[0])
 
 
-def run(dest: Path, paths: list[str], plugin: str, extra: list[str], config: dict | None = None, select: str = "") -> dict[str, str]:
+def run(dest: Path, paths: list[str], plugin: str, extra: list[str], config: dict | None = None, select: str = "", timeout: int = 300) -> dict[str, str]:
     """Run ``paths`` with Linear and MultiProc swapped for ``plugin`` ("" runs them as they are),
     with Sea's ``config`` added, only the tests ``select`` (a ``-k`` expression) names if given."""
     junit = dest / f"{plugin or 'as-is'}{'-' + str(abs(hash(select))) if select else ''}.xml"
     env = {**os.environ, "SEA_PEER": plugin, "SEA_PEER_CONFIG": json.dumps(config or {}), "PYTHONHASHSEED": "0"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "300", f"--junitxml={junit}", *paths, *(["-k", select] if select else []), *extra]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", str(timeout), f"--junitxml={junit}", *paths, *(["-k", select] if select else []), *extra]
     print(f"== {plugin or 'as they are'}{' ' + json.dumps(config) if config else ''}: {' '.join(command[3:])}", flush=True)
     subprocess.run(command, cwd=dest, env=env, stdout=subprocess.DEVNULL if not extra else None)
     return outcomes(junit)
@@ -133,7 +133,10 @@ def main(argv=None) -> int:
     copy_suite(dest)
     paths = SMOKE if args.smoke else [COPY]
     plugins = ("MultiProc", "SeaMultiProc") if args.smoke else ("", "MultiProc", "SeaMultiProc")
-    results = {plugin: run(dest, paths, plugin, args.pytest_args) for plugin in plugins}
+    # MultiProc itself can spin on a test (test_parameterize_dirs_false, two nodes in one directory
+    # at once, spun until its timeout on a CI run): the smoke gives each test a minute
+    timeout = 60 if args.smoke else 300
+    results = {plugin: run(dest, paths, plugin, args.pytest_args, timeout=timeout) for plugin in plugins}
     sea, multiproc = results["SeaMultiProc"], results["MultiProc"]
     sea_only = sorted(t for t, outcome in sea.items() if outcome == "failed" and multiproc.get(t) != "failed")
     # a by-design failure must pass under the configuration that gives back what the test reads
