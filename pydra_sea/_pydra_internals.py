@@ -12,6 +12,9 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   read with ``pydra.engine.result.load_result`` (the first root holding the job's directory wins);
 - the files a running job keeps in its ``cache_root`` (``<checksum>.lock``, ``<uid>_info.json``,
   ``<checksum>_save.lock``; ``Job.uid``), removed after a job that failed while saving;
+- the lock files of Pydra's ``SoftFileLock`` (jobs' in ``cache_root``, file hashes' in
+  ``PersistentCache.location_default()``): a killed process can leave one empty, blocking every later
+  run; those made while a killed run lived are removed;
 - a workflow's ``_result.pklz`` saved by a run that a KeyboardInterrupt stopped (no outputs, not
   errored: Pydra would take it as done), removed;
 - a job's ``_result.pklz`` (a pickled ``Result`` whose ``outputs`` hold fileformats ``FileSet``
@@ -32,6 +35,9 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 import typing as ty
 from importlib import metadata
 from pathlib import Path
@@ -136,6 +142,38 @@ def remove_stray_side_files(root: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Path]:
+    """Pydra guards each job's directory with a filelock ``SoftFileLock`` (``<cache_root>/<checksum>.lock``)
+    and each file hash it caches too (``PersistentCache``: ``<location>/<key>.lock``). A process killed
+    between creating such a marker and writing its owner's PID in it leaves an empty file, which
+    filelock never breaks (a filelock before 3.22 writes nothing while it holds one): every later run
+    that hashes that file or runs that job waits for it forever, under ``cf`` as under Sea. Removes the
+    empty markers there made while a run that was killed lived (from ``since`` until now, this run's
+    start), saying so; returns them."""
+    from pydra.utils.hash import PersistentCache
+
+    removed, before = [], time.time()
+    for root in (Path(home), Path(PersistentCache.location_default())):
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.endswith(".lock"):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if entry.is_file(follow_symlinks=False) and st.st_size == 0 and since <= st.st_mtime <= before:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+            except OSError:
+                continue  # taken or removed meanwhile
+    if removed:
+        places = ", ".join(sorted({str(path.parent) for path in removed}))
+        log.warning("[Sea] removed %d empty lock files left by the run that was killed, which Pydra would wait for forever (in %s)", len(removed), places)
+    return removed
+
+
 def discard_unfinished_result(job) -> bool:
     """Pydra saves a job's result in a ``finally``; a run stopped by Ctrl-C or SIGTERM (a
     ``KeyboardInterrupt``, not an ``Exception``) leaves a workflow result with no outputs that is not
@@ -161,13 +199,14 @@ def discard_result(job) -> None:
     (Path(job.cache_dir) / "_result.pklz").unlink(missing_ok=True)
 
 
-def look_home_first(job, home: Path, elsewhere: Path) -> None:
-    """The finished job's result is read from ``home`` once its directory is there, from
-    ``elsewhere`` until then (load_result takes the first root that has the directory, and Sea
-    moves a directory home by one rename of a complete copy)."""
-    readonly = [r for r in job.all_caches[1:] if r not in (Path(home), Path(elsewhere))]
+def look_in_home(job, home: Path, tier: Path) -> None:
+    """The finished job's result is read from ``home`` only (and the read-only caches), not from
+    ``tier``, where it ran: Pydra's loop polls ``Job.done`` of every job it has not seen finish
+    (``load_result``: does ``<root>/<checksum>`` exist, then open its ``_result.pklz``), and a
+    directory moving home leaves the tier between those two steps. The job looks unfinished until
+    one rename puts its complete copy in the home."""
     job.cache_root = Path(home)
-    job.all_caches = [Path(elsewhere), *readonly]
+    job.all_caches = [r for r in job.all_caches[1:] if r not in (Path(home), Path(tier))]
 
 
 def relocate_result(copy: Path, moves: dict[Path, Path]) -> list[str]:

@@ -131,6 +131,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
             try:
+                if (since := self.engine.killed_run_started) is not None:
+                    px_.remove_empty_locks(Path(job.cache_root), since, logger)
                 self.engine.update_graph(WorkflowGraph(), keys_like=px_.job_dir_names_like())
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()
@@ -272,14 +274,17 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         async with self._slots.one_for(key):
             result = await self._run_prefetched(job, key, rerun)
             self._ran.append((key, any(engine.physical_dir(p) is not None for p in engine.graph.producers(key))))
-            if key in self._persisted:  # its directory will move home (Pydra asks the tier until then)
-                px_.look_home_first(job, home, engine.physical_dir(key).parent)
+            tier = engine.physical_dir(key).parent
+            if key in self._persisted:  # its directory will move home: Pydra must not read it on the way
+                px_.look_in_home(job, home, tier)
             engine.node_finished(key)
         self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
             # returned: by then the job's directory must be home (a hard link, not a copy)
             await self._settled(key)
+            if engine.physical_dir(key) is not None and not (home / key).is_dir():
+                px_.run_under(job, tier)  # its copy home failed (the run ends in SeaFlushError): the tier's
         return result
 
     async def _run_prefetched(self, job, key: str, rerun: bool):

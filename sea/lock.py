@@ -47,9 +47,10 @@ class SeaRunLocked(SeaConfigError):
 
 
 class RunLock:
-    def __init__(self, path: Path, holder: dict):
+    def __init__(self, path: Path, holder: dict, replaced: dict | None = None):
         self.path = path
         self.holder = holder
+        self.replaced = replaced  # the record of a run that was gone when this one took its lock over
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name="sea-lock", daemon=True)
         self._beat.start()
@@ -59,6 +60,7 @@ class RunLock:
         path = Path(home) / LOCK
         path.parent.mkdir(parents=True, exist_ok=True)
         me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(), "created": psutil.Process().create_time()}
+        replaced = None
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -68,6 +70,7 @@ class RunLock:
                     raise SeaRunLocked(_refusal(home, path, holder)) from None
                 if holder.get("pid") != os.getpid():
                     logger.warning("[Sea] %s was left by a run that is gone (%s); taking it over", path, _who(holder))
+                    replaced = holder
                 try:
                     os.unlink(path)
                 except FileNotFoundError:
@@ -75,7 +78,7 @@ class RunLock:
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
-            return cls(path, me)
+            return cls(path, me, replaced)
         raise SeaRunLocked(_refusal(home, path, _read(path)))
 
     def release(self) -> None:
