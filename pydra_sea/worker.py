@@ -56,6 +56,7 @@ from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
+from .watchdog import Watchdog
 
 logger = logging.getLogger("pydra.worker")
 
@@ -105,8 +106,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _dask_run: ty.Any = attrs.field(default=None, init=False, repr=False, eq=False)  # the client's DaskRun
     _ran: list = attrs.field(factory=list, init=False, repr=False, eq=False)  # (key, read a tier) of jobs run
     _claimed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the job Sea places
-    _ended: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> set once that job ended
+    _ended: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> future done once that job ended
     _twins: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> its run in the home (see _twin)
+    _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
@@ -130,6 +132,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
+            self._watch = Watchdog(self._waits, busy=lambda: self.engine is not None and self.engine.stager.queue_length > 0)
+            self._watch.start()
             try:
                 if (since := self.engine.killed_run_started) is not None:
                     px_.remove_empty_locks(Path(job.cache_root), since, logger)
@@ -137,6 +141,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()
                 self.engine = None
+                self._watch.stop()
                 self._interrupt.restore()
                 raise
         self._workflows.append(job)
@@ -179,7 +184,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._claimed.clear()
         self._ended.clear()
         self._twins.clear()
-        self._slots = self._loop_of_run = None  # bound to this run's event loop
+        if self._watch is not None:
+            self._watch.stop()
+        self._slots = self._loop_of_run = self._watch = None  # bound to this run's event loop
         return engine, self._interrupt.received is not None
 
     def close(self) -> None:
@@ -230,7 +237,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             return await self._dask_run.run(run_task, job, rerun)
         found = self._locate(job)
         if found is None:  # a lone task, not part of a workflow: nothing to place
-            return await super().run(job, rerun=rerun)
+            return await self._in_process(job, rerun)
         workflow_job, graph, node = found
         self._register(workflow_job, graph, node)
         key, home = job.checksum, Path(self._workflows[0].cache_root)
@@ -239,7 +246,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         try:
             return await self._run_claimed(job, key, home, rerun)
         finally:
-            self._ended.setdefault(key, asyncio.Event()).set()
+            ended = self._ended.setdefault(key, asyncio.get_running_loop().create_future())
+            if not ended.done():
+                ended.set_result(None)
 
     def _twin(self, job, rerun: bool = False) -> asyncio.Future:
         """Run ``job``, which has the checksum of a job Sea placed (the same task and inputs in
@@ -254,10 +263,35 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
 
     async def _run_twin(self, job, rerun: bool):
         key = job.checksum
-        await self._ended.setdefault(key, asyncio.Event()).wait()
+        await self._ended.setdefault(key, asyncio.get_running_loop().create_future())
         if self.engine is not None:
             await self._settled(key, quiet=True)
-        return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+        return await self._in_process(job, rerun)
+
+    async def _in_process(self, job, rerun: bool):
+        """Run the job in one of cf's processes."""
+        with self._watching():
+            return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+
+    def _watching(self):
+        return self._watch.running() if self._watch is not None else contextlib.nullcontext()
+
+    def _waits(self) -> dict[str, list[asyncio.Future]]:
+        """Sea's waits, by the name of the job each is for (its task and node)."""
+        waits: dict[str, list[asyncio.Future]] = {}
+
+        def add(key: str, future: asyncio.Future) -> None:
+            spec = self.engine.graph.nodes.get(key) if self.engine is not None else None
+            waits.setdefault(spec.kind if spec is not None else key, []).append(future)
+
+        for (key, _), futures in self._waiting.items():
+            for future in futures:
+                add(key, future)
+        for key, future in (self._slots.waiting if self._slots is not None else {}).items():
+            add(key, future)
+        for key, future in self._ended.items():
+            add(key, future)
+        return waits
 
     async def _run_claimed(self, job, key: str, home: Path, rerun: bool):
         engine = self.engine
@@ -293,7 +327,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         engine = self.engine
         if engine.prefetcher is None:
             return await self._run_placed(job, key, rerun)
-        copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy
+        with self._watching():
+            copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy
         originals, copy_dirs = px_.read_copies(job, copies)
         try:
             result = await self._run_placed(job, key, rerun)
@@ -309,7 +344,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             px_.run_under(job, placement.physical.parent)
             self._running[key] = (job, placement.physical.parent)  # until its process is done with it
             try:
-                result = await super().run(job, rerun=rerun)
+                result = await self._in_process(job, rerun)
                 self._running.pop(key, None)
                 return result
             except Exception as error:
@@ -347,6 +382,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     def _wake_waiters(self) -> None:
         if self.engine is None:  # the run ended
             return
+        self._watch.event()
         ready = [(k, quiet) for k, quiet in self._waiting if (self.engine.is_quiet(k) if quiet else self.engine.is_settled(k))]
         for entry in ready:
             for waiter in self._waiting.pop(entry):
@@ -411,7 +447,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={})  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _watch=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
@@ -440,6 +476,11 @@ class _Processes:
     def __init__(self, n: int, order: ty.Callable[[list[str]], list[str]]):
         self._free, self._order = n, order
         self._waiting: dict[str, asyncio.Future] = {}
+
+    @property
+    def waiting(self) -> dict[str, asyncio.Future]:
+        """The jobs waiting for a process."""
+        return self._waiting
 
     @contextlib.asynccontextmanager
     async def one_for(self, key: str):

@@ -218,3 +218,35 @@ def test_a_failing_task_leaves_what_cf_leaves_and_its_sibling_comes_home(tmp_pat
     report = RunReport.from_json(homes["sea"] / "sea-report.json")
     assert report.nodes_failed == 1 and report.nodes_run == 1
     assert not list(shm_dir.iterdir())
+
+
+def test_a_run_that_cannot_make_progress_fails_naming_the_job(tmp_path, shm_dir):
+    """A hang is never acceptable. A defect of Sea's own (injected here: no job's directory is ever
+    reported settled, so the job that gives the workflow its output waits for its copy home forever)
+    ends the run in seconds with one line naming the job by its task and node, processes included."""
+    code = textwrap.dedent(
+        f"""
+        import sea.engine, pydra_sea.watchdog
+        from pydra.engine.submitter import Submitter
+        sys_path = {str(Path(__file__).parent)!r}
+        import sys; sys.path.insert(0, sys_path)
+        from test_pydra_worker import Chain
+        sea.engine.SeaEngine.is_settled = lambda self, key: False  # the defect
+        pydra_sea.watchdog.STALL_AFTER = 1.0
+        with Submitter(worker="sea", cache_root={str(tmp_path / "home")!r}, n_procs=2, sea={{"tiers": [{{"path": {str(shm_dir)!r}}}]}}) as sub:
+            result = sub(Chain(x=3))
+        print("errored", result.errored)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    said = [line for line in out.stderr.splitlines() if line.startswith("[Sea] the run cannot make progress")]
+    assert len(said) == 1 and "(Add:second)" in said[0], out.stdout[-2000:] + out.stderr[-3000:]
+    assert out.returncode == 0 and "errored True" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]  # Pydra's failed run, as for a failed task
+
+
+def test_the_watchdog_example_runs():
+    import doctest
+
+    import pydra_sea.watchdog
+
+    assert doctest.testmod(pydra_sea.watchdog).failed == 0
