@@ -17,6 +17,18 @@ def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="also run the tests marked slow (full-size kill matrix, benchmarks)")
 
 
+def pytest_configure(config):
+    """The Debian packages the suite uses, installed before any test module is collected (the
+    FUSE tests' modules load libfuse when imported); see tests/system_packages.py."""
+    import system_packages
+
+    problem = system_packages.install_missing()
+    if problem is not None and os.geteuid() == 0 and shutil.which("apt-get") is not None:
+        pytest.exit(problem, returncode=4)
+    if problem is not None:  # not root, or not Debian: the tests that need them fail or skip, saying so
+        config.issue_config_time_warning(pytest.PytestConfigWarning(problem), stacklevel=2)
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--run-slow"):
         return

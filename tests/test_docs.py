@@ -129,6 +129,16 @@ def test_readme_demo_command_prints_the_report(tmp_path):
     assert "Sea run succeeded" in result.stdout and "flushed home" in result.stdout
 
 
+def test_ci_runs_exactly_the_readme_test_command():
+    """CI's script is the README's second command and nothing else a fresh machine would lack: the
+    suite installs the Debian packages it uses (tests/system_packages.py)."""
+    readme = (ROOT / "README.md").read_text()
+    (command,) = re.findall(r"^(pip install '\.\[test\]'.*)$", readme, re.M)
+    script = (ROOT / ".ci" / "run").read_text().splitlines()
+    steps = [line for line in script if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert steps == [command]
+
+
 # --------------------------------------------------------------------------------- bash: the examples
 # Flags appended to each documented command (argparse keeps the last value): the smallest data that
 # still runs every node. A module missing here fails: add it with its flags.

@@ -13,7 +13,7 @@ from sea.report import RunReport
 from conftest import sea_private_dirs, tree_files
 
 pytestmark = pytest.mark.skipif(
-    any(shutil.which(tool) is None for tool in TOOLS), reason="MRtrix3 is not installed (apt-get install mrtrix3; .ci/run does)"
+    any(shutil.which(tool) is None for tool in TOOLS), reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)"
 )
 
 

@@ -15,7 +15,7 @@ from dicom_series import write_series
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in ("dcm2niix", "mrconvert")),
-    reason="dcm2niix and MRtrix3 are not installed (apt-get install dcm2niix mrtrix3; .ci/run does)",
+    reason="dcm2niix and MRtrix3 are not installed (apt-get install dcm2niix mrtrix3: the suite installs them itself when run as root on Debian)",
 )
 
 

@@ -3,6 +3,7 @@ fMRIPrep-style ``--use-plugin`` YAML file; ``sea`` never imports an engine."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -140,3 +141,49 @@ def test_seadask_by_name_from_a_use_plugin_yaml_on_a_local_cluster(disk_dir, shm
     report = (disk_dir / "work" / "sea-report.json").read_text()
     assert '"workers"' in report and (disk_dir / "out" / "group" / "group_mean.nii").is_file()
     assert not list(shm_dir.glob("sea-*")), "a worker left its tier directory"
+
+
+def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
+    """What pip and tox do with a release: build the sdist, then the wheel from it (``python -m
+    build``), install the wheel; both ``plugin="SeaMultiProc"`` (the .pth at the top of
+    site-packages) and ``worker="sea"`` (pydra/workers/sea.py) must then come from that install."""
+    repo = Path(__file__).parents[1]
+    # the files a clone has (setuptools would also take those an earlier build's egg-info lists)
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=repo, capture_output=True, check=True).stdout
+    root = tmp_path / "clone"
+    for name in filter(None, listed.decode().split("\0")):
+        if (repo / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, root / name)
+    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp_path / "dist"), str(root)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    assert len(list((tmp_path / "dist").glob("*.tar.gz"))) == 1  # the wheel was built from it
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"sea_workflows.pth", "pydra/workers/sea.py", "nipype_sea/_autoregister.py"} <= names, sorted(names)[:20]
+
+    venv = tmp_path / "venv"  # the engines from this environment; sea-workflows from the wheel, ahead of this one's
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True, timeout=300, capture_output=True)
+    code = textwrap.dedent(
+        """
+        import sys, site
+        from nipype.pipeline.plugins import SeaMultiProcPlugin  # put there by the .pth, at start-up
+        import nipype_sea
+        ours = site.getsitepackages()[0]
+        print(nipype_sea.__file__.startswith(ours), SeaMultiProcPlugin.__module__)
+        if sys.version_info >= (3, 11):
+            from pydra.engine.submitter import Submitter  # noqa: F401 (pydra.workers.base first is a circular import)
+            from pydra.workers.base import Worker
+            print(Worker.plugin("sea").__module__, sys.modules["pydra.workers.sea"].__file__.startswith(ours))
+        """
+    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.split("\n")
+    assert lines[0] == "True nipype_sea.plugin", out.stdout
+    if sys.version_info >= (3, 11):
+        assert lines[1] == "pydra_sea.worker True", out.stdout
