@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .config import SeaConfig, SeaConfigError
+from .config import SeaConfig, SeaConfigError, expand_vars, read_config_file
 from .engine import HISTORY, JOURNAL
 from .estimate import SizeEstimator
 from .graph import WorkflowGraph
@@ -25,7 +25,7 @@ from .recover import kept_directories, recover
 from .report import RunReport
 from .resume import CACHE_CHECK, CHANGED, EVICTED, plan_rerun
 from .sizes import format_size
-from .tiers import StorageHierarchy
+from .tiers import StorageHierarchy, check_is_directory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,9 +91,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(source: str | None, home: str | None) -> int:
-    config = SeaConfig.load(source)
+    config = _load_checked(source)
     if home is None:
-        print(f"configuration OK ({len(config.tiers or ())} tiers listed, {len(config.rules)} rules); add --home DIR to check the tiers")
+        for i, spec in enumerate(config.tiers or ()):
+            try:
+                path = expand_vars(spec.path, f"tiers[{i}].path")
+            except SeaConfigError:  # a variable of the machine the run will be on (${SLURM_TMPDIR})
+                continue
+            check_is_directory(dataclasses.replace(spec, path=path), f"tiers[{i}]")
+        print(f"configuration OK ({len(config.tiers or ())} tiers listed, {len(config.rules)} rules); add --home DIR to check the tiers against it")
         return 0
     hierarchy = StorageHierarchy.build(config, Path(home))
     try:
@@ -105,6 +111,23 @@ def _check(source: str | None, home: str | None) -> int:
     finally:
         hierarchy.close()
     return 0
+
+
+def _load_checked(source: str | None) -> SeaConfig:
+    """Sea's configuration in ``source``: a Sea YAML file, or a ``--use-plugin`` file as fMRIPrep
+    reads it (``plugin:`` and ``plugin_args:``, Sea's settings under ``plugin_args: {sea: ...}``)."""
+    if source is None or not Path(source).is_file():
+        return SeaConfig.load(source)  # $SEA_CONFIG, defaults, or the one-line error for the path
+    data = read_config_file(Path(source))
+    if not (isinstance(data, dict) and "plugin" in data and set(data) <= {"plugin", "plugin_args"}):
+        return SeaConfig.from_mapping(data, origin=str(source))
+    plugin_args = data.get("plugin_args") or {}
+    if not isinstance(plugin_args, dict):
+        raise SeaConfigError(f"{source}: plugin_args must be a mapping (n_procs, sea, ...), not {plugin_args!r}")
+    sea = plugin_args.get("sea")
+    if isinstance(sea, dict):
+        return SeaConfig.from_mapping(sea, origin=f"{source}: plugin_args.sea")
+    return SeaConfig.load(sea)  # a path to Sea's own file, or none ($SEA_CONFIG, else the tiers Sea finds)
 
 
 def _plan(args: argparse.Namespace) -> Plan:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .sizes import parse_fraction, parse_size
+from .sizes import is_bare_number, parse_fraction, parse_size
 
 ENV_VAR = "SEA_CONFIG"
 
@@ -62,7 +62,7 @@ class TierSpec:
     path: str = field(metadata={"doc": "directory on node-local storage; must exist; ${VAR} expanded on the machine that uses it"})
     capacity: str | None = field(
         default=None,
-        metadata={"doc": "cap on top of the real free space: a size ('4GiB') or a share of the filesystem ('80%')"},
+        metadata={"doc": "cap on top of the real free space: a size ('4GiB'; a one-letter unit is binary, as SLURM's --tmp=4G: '4G' is 4GiB, '4GB' is 4*10^9 bytes) or a share of the filesystem ('80%'); a number without a unit is refused"},
     )
 
 
@@ -132,7 +132,10 @@ class SeaConfig:
             "node-local storage tiers, fastest first; the workflow's base_dir (the home, on the shared "
             "filesystem) is the last tier, implicit. Without this key Sea uses $SLURM_TMPDIR, then $TMPDIR, "
             "then /dev/shm, skipping any on the home's filesystem. Sea works in a private (0700) subdirectory "
-            "it creates in each.",
+            "it creates in each. A tier has a path (~ and ${VARS} expanded; one that does not exist is refused, "
+            "never skipped) and an optional capacity: a size ('4GiB'; a one-letter unit is binary, as in SLURM's "
+            "--tmp=4G: '4G' is 4GiB, '4GB' is 4*10^9 bytes) or a share of its filesystem ('80%'); a number "
+            "without a unit is refused.",
             [{"path": "/dev/shm", "capacity": "4GiB"}, {"path": "${SLURM_TMPDIR}/sea"}],
         ),
     )
@@ -216,7 +219,7 @@ class SeaConfig:
             if source is None:
                 return cls()
         if isinstance(source, (str, os.PathLike)):
-            return cls.from_mapping(_read_yaml(Path(source)), origin=str(source))
+            return cls.from_mapping(read_config_file(Path(source)), origin=str(source))
         if isinstance(source, Mapping):
             return cls.from_mapping(source)
         raise SeaConfigError(
@@ -314,7 +317,7 @@ def no_room(where: str, capacity: str) -> SeaConfigError:
     )
 
 
-def _read_yaml(path: Path) -> Any:
+def read_config_file(path: Path) -> Any:
     try:
         is_file, is_dir = path.is_file(), path.is_dir()
     except (OSError, ValueError):  # a name too long, a NUL byte
@@ -332,12 +335,15 @@ def _read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise SeaConfigError(f"cannot read the sea config file {str(path)!r} ({exc.strerror}); check its permissions") from None
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SeaConfigError(f"malformed YAML in {path}{where}: {problem}; fix the syntax (indentation, colons, quotes)") from None
+    if data is None:
+        raise SeaConfigError(f"sea config file {str(path)!r} is empty: write the tiers (tiers: [{{path: /dev/shm}}]), or give no file to use the tiers Sea finds")
+    return data
 
 
 def check_vars(text: str, what: str) -> str:
@@ -349,9 +355,10 @@ def check_vars(text: str, what: str) -> str:
 
 
 def expand_vars(text: str, what: str) -> str:
-    """``${VAR}`` / ``$VAR`` expansion that refuses unset variables instead of leaving them in a path."""
+    """``${VAR}`` / ``$VAR`` (and a leading ``~``) expansion that refuses unset variables instead of
+    leaving them in a path."""
     try:
-        return string.Template(text).substitute(os.environ)
+        return os.path.expanduser(string.Template(text).substitute(os.environ))  # ~: the user's home directory there
     except KeyError as exc:
         raise SeaConfigError(
             f"{what}: environment variable ${{{exc.args[0]}}} is not set; set it or write the path out"
@@ -381,6 +388,9 @@ def _parse_tiers(value: Any, what: str) -> tuple[TierSpec, ...] | None:
         if "\0" in item["path"]:
             raise SeaConfigError(f"{where}: 'path' {item['path']!r} contains a NUL character; write the directory's path")
         capacity = item.get("capacity")
+        if capacity is not None and is_bare_number(capacity):
+            n = str(capacity).strip()
+            raise SeaConfigError(f"{where}: capacity {capacity!r} has no unit (it would be {n} bytes); write {n}GiB, {n}GB or 80%")
         if capacity is not None:
             capacity = str(capacity)
             try:

@@ -1,4 +1,11 @@
-"""Byte sizes as people write them in configuration files ("4GiB", "500 MB", "80%")."""
+"""Byte sizes as people write them in configuration files ("4GiB", "500 MB", "80%").
+
+A single-letter unit is binary, as SLURM's ``--tmp=4G`` and ``df -h`` mean it: ``4G`` is 4 GiB;
+``4GB`` (two letters) is 4 * 1000**3 bytes, ``4GiB`` 4 * 1024**3.
+
+>>> parse_size("4G") == parse_size("4GiB") == 4 * 1024**3, parse_size("4gb")
+(True, 4000000000)
+"""
 
 from __future__ import annotations
 
@@ -8,13 +15,13 @@ import re
 _UNITS = {
     "": 1,
     "b": 1,
-    "k": 1000,
+    "k": 1024,
     "kb": 1000,
-    "m": 1000**2,
+    "m": 1024**2,
     "mb": 1000**2,
-    "g": 1000**3,
+    "g": 1024**3,
     "gb": 1000**3,
-    "t": 1000**4,
+    "t": 1024**4,
     "tb": 1000**4,
     "ki": 1024,
     "kib": 1024,
@@ -49,6 +56,14 @@ def parse_size(text: str | int | float) -> int:
     if not math.isfinite(value):
         raise ValueError(f"{text!r} is too large to be a size: write it with a unit, e.g. '4GiB'")
     return int(value)
+
+
+def is_bare_number(value: object) -> bool:
+    """A number with no unit (``500``, ``"500"``), which a capacity must not be: 500 bytes is
+    never what was meant."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float)) or re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", str(value)) is not None
 
 
 def parse_fraction(text: str) -> float | None:

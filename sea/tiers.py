@@ -105,10 +105,7 @@ class StorageHierarchy:
             except OSError as exc:
                 if exc.errno not in (errno.ENOENT, errno.ENOTDIR):  # a name too long, a link loop, an I/O error
                     raise SeaConfigError(f"{where}: cannot access {spec.path!r} ({exc.strerror}); give a directory on node-local storage") from None
-            if not root.exists():
-                raise SeaConfigError(f"{where}: path {spec.path!r} does not exist; create it or fix the path")
-            if not root.is_dir():
-                raise SeaConfigError(f"{where}: path {spec.path!r} is not a directory; give a directory on node-local storage")
+            check_is_directory(spec, where)
             root = root.resolve()
             try:
                 _refuse_writable_by_others(root, spec.path, where)
@@ -345,11 +342,24 @@ def _refuse_writable_by_others(root: Path, written: str, where: str) -> None:
             )
 
 
+def check_is_directory(spec: TierSpec, where: str) -> None:
+    """A tier named in the configuration must exist: one missing is never skipped (the work would
+    silently go elsewhere)."""
+    root = Path(spec.path)
+    if not root.exists():
+        raise SeaConfigError(f"{where}: path {spec.path!r} does not exist; create it or fix the path")
+    if not root.is_dir():
+        raise SeaConfigError(f"{where}: path {spec.path!r} is not a directory; give a directory on node-local storage")
+
+
 def _capacity(spec: TierSpec, root: Path, where: str) -> int | None:
     if spec.capacity is None:
         return None
     fraction = parse_fraction(spec.capacity)
-    capacity = int(fraction * psutil.disk_usage(str(root)).total) if fraction is not None else parse_size(spec.capacity)
+    total = psutil.disk_usage(str(root)).total
+    capacity = int(fraction * total) if fraction is not None else parse_size(spec.capacity)
     if capacity < MIN_CAPACITY:
         raise no_room(where, spec.capacity)
+    if capacity > total:
+        logger.warning("[Sea] %s: capacity %s is more than the whole filesystem of %s (%s): its free space is the limit", where, spec.capacity, spec.path, format_size(total))
     return capacity

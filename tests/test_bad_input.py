@@ -88,11 +88,13 @@ BAD = [
     # sizes
     Bad("capacity-12XB", ("capacity '12XB' is not a size", "GiB"), {"tiers": [{"path": "{shm}", "capacity": "12XB"}]}),
     Bad("capacity-150%", ("'150%' is not a percentage between 0% and 100%",), {"tiers": [{"path": "{shm}", "capacity": "150%"}]}),
-    Bad("capacity-0", ("capacity '0' leaves no room", "give a size such as 4GiB"), {"tiers": [{"path": "{shm}", "capacity": 0}]}),
-    Bad("capacity-1-byte", ("capacity '1' leaves no room for a single node directory",), {"tiers": [{"path": "{shm}", "capacity": 1}]}),
+    Bad("capacity-0", ("capacity '0B' leaves no room", "give a size such as 4GiB"), {"tiers": [{"path": "{shm}", "capacity": "0B"}]}),
+    Bad("capacity-1-byte", ("capacity '1B' leaves no room for a single node directory",), {"tiers": [{"path": "{shm}", "capacity": "1B"}]}),
+    Bad("capacity-without-unit", ("capacity 500 has no unit (it would be 500 bytes)", "write 500GiB, 500GB or 80%"), {"tiers": [{"path": "{shm}", "capacity": 500}]}),
+    Bad("capacity-string-without-unit", ("capacity '4.5' has no unit", "write 4.5GiB, 4.5GB or 80%"), {"tiers": [{"path": "{shm}", "capacity": "4.5"}]}),
     Bad("capacity-share-below-a-node", ("leaves no room for a single node directory",), {"tiers": [{"path": "{shm}", "capacity": "0.0000001%"}]}),
     Bad("capacity-negative", ("capacity '-1GiB' is not a size",), {"tiers": [{"path": "{shm}", "capacity": "-1GiB"}]}),
-    Bad("capacity-overflow", ("is too large to be a size",), {"tiers": [{"path": "{shm}", "capacity": "9" * 400}]}),
+    Bad("capacity-overflow", ("is too large to be a size",), {"tiers": [{"path": "{shm}", "capacity": "9" * 400 + "GiB"}]}),
     Bad("capacity-share-of-no-bytes", ("leaves no room",), {"tiers": [{"path": "{shm}", "capacity": "0.000000000000001%"}]}),
     # rules
     Bad("rule-bad-mode", ("mode 'flush' is not one of copy, move, remove, keep",), with_tier(rules=[{"pattern": "**/*.nii", "mode": "flush"}])),
@@ -104,6 +106,7 @@ BAD = [
     Bad("yaml-tab", ("malformed YAML in", "line 2", "'\\t'"), "{yaml}", yaml="tiers:\n\t- path: {shm}\n"),
     Bad("yaml-unclosed-bracket", ("malformed YAML in", "fix the syntax"), "{yaml}", yaml="tiers: [{path: {shm}}\n"),
     Bad("yaml-top-level-list", ("the top level must be a mapping", "not a list"), "{yaml}", yaml="- just\n- a list\n"),
+    Bad("yaml-empty", ("is empty", "give no file to use the tiers Sea finds"), "{yaml}", yaml="# nothing yet\n"),
     Bad("yaml-not-utf8", ("is not UTF-8 text",), "{yaml}", yaml="tiers: [{path: caf\udce9}]\n"),
     # tiers against the home
     Bad("tier-inside-the-home", ("is inside the home", "outside the workflow's base_dir"), {"tiers": [{"path": "{home}/inside"}]}),

@@ -46,3 +46,43 @@ def test_report_plot_draws_the_timeline(disk_dir, shm_dir):
     result = sea("report", str(disk_dir / "work"), "--plot", str(png))
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("sea: error: ") and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_check_reads_a_use_plugin_file_as_fmriprep_does(disk_dir, shm_dir, monkeypatch):
+    """docs/fmriprep.md's sea-plugin.yml: Sea's settings are under plugin_args.sea."""
+    monkeypatch.setenv("SLURM_TMPDIR", str(shm_dir))
+    (disk_dir / "sea-plugin.yml").write_text(
+        "plugin: SeaMultiProc\nplugin_args:\n  n_procs: 8\n  memory_gb: 32\n  sea:\n    tiers:\n      - path: ${SLURM_TMPDIR}\n    sinks: [DataSink, DerivativesDataSink]\n"
+    )
+    result = sea("check", str(disk_dir / "sea-plugin.yml"), "--home", str(disk_dir / "work"))
+    assert result.returncode == 0 and str(shm_dir) in result.stdout, result.stderr
+    (disk_dir / "bad-plugin.yml").write_text("plugin: SeaMultiProc\nplugin_args:\n  sea:\n    tierz: []\n")
+    assert "plugin_args.sea: unknown key 'tierz'" in one_error_line(sea("check", str(disk_dir / "bad-plugin.yml")))
+
+
+def test_check_without_home_still_finds_a_missing_tier(disk_dir):
+    (disk_dir / "sea.yml").write_text(f"tiers:\n  - path: {disk_dir}/nowhere\n")
+    assert "tiers[0]: path" in one_error_line(sea("check", str(disk_dir / "sea.yml"))) and "does not exist" in sea("check", str(disk_dir / "sea.yml")).stderr
+
+
+def test_config_surprises_are_refused_or_said(disk_dir, shm_dir, monkeypatch):
+    """A capacity without a unit (500 bytes is never meant), an empty file: one line each. A tier
+    under ``~`` is the user's home directory; a capacity larger than its filesystem is said."""
+    (disk_dir / "bare.yml").write_text(f"tiers:\n  - path: {shm_dir}\n    capacity: 500\n")
+    assert "capacity 500 has no unit" in one_error_line(sea("check", str(disk_dir / "bare.yml")))
+    (disk_dir / "empty.yml").write_text("")
+    assert "is empty" in one_error_line(sea("check", str(disk_dir / "empty.yml")))
+    monkeypatch.setenv("HOME", str(shm_dir))
+    (shm_dir / "sea").mkdir()
+    (disk_dir / "tilde.yml").write_text("tiers:\n  - path: ~/sea\n")
+    result = sea("check", str(disk_dir / "tilde.yml"), "--home", str(disk_dir / "work"))
+    assert result.returncode == 0 and f"{shm_dir}/sea" in result.stdout, result.stderr
+    (disk_dir / "huge.yml").write_text(f"tiers:\n  - path: {shm_dir}\n    capacity: 900TiB\n")
+    result = sea("check", str(disk_dir / "huge.yml"), "--home", str(disk_dir / "work"))
+    assert result.returncode == 0 and "capacity 900TiB is more than the whole filesystem" in result.stderr, result.stderr
