@@ -133,6 +133,6 @@ def _who(holder: dict) -> str:
 
 def _refusal(home: Path, path: Path, holder: dict) -> str:
     return (
-        f"another Sea run is using {home} ({_who(holder)}); wait for it to end or give this run another base_dir "
+        f"another Sea run is using {home} ({_who(holder)}); wait for it to end or give this run another work directory (base_dir, cache_root) "
         f"(if that run is dead but its host cannot tell, remove {path})"
     )

@@ -115,12 +115,13 @@ class StorageHierarchy:
                 logger.warning("[Sea] %s; skipped", unsafe)  # found, not asked for: the run goes on without it
                 continue
             if root == home or home in root.parents:
-                raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the workflow's base_dir")
+                raise SeaConfigError(f"{where}: {spec.path!r} is inside the home {str(home)!r}; a tier must be node-local storage outside the work directory (Nipype's base_dir, Pydra's cache_root)")
             dev = device(root)
             if dev == home_dev:
                 raise SeaConfigError(
                     f"{where}: {spec.path!r} is on the same filesystem as the home {str(home)!r}, so it would not take "
-                    "any load off it; use node-local storage ($SLURM_TMPDIR, /dev/shm) or another base_dir"
+                    "any load off it; use node-local storage ($SLURM_TMPDIR, /dev/shm; on a one-disk machine /dev/shm is RAM, "
+                    "or mount a tmpfs) or put the work directory (base_dir, cache_root) on another filesystem"
                 )
             if dev in seen_devices:
                 raise SeaConfigError(f"{where}: {spec.path!r} is on the same filesystem as tier {seen_devices[dev]!r}; list each filesystem once")
@@ -279,20 +280,34 @@ def remove_dead_private_dirs(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def discover_tiers(home: Path) -> list[TierSpec]:
-    """``$SLURM_TMPDIR``, ``$TMPDIR``, ``/dev/shm``: those that exist, are writable and are not the home's filesystem."""
+    """``$SLURM_TMPDIR``, ``$TMPDIR``, ``/dev/shm``: those that exist, are writable and are not the
+    home's filesystem. What was chosen is said once, and why a set one was left out (a warning: a
+    ``$SLURM_TMPDIR`` that does not exist, a ``$TMPDIR`` on the shared filesystem)."""
     home_dev = device(home)
-    found, devices = [], set()
+    found, devices, skipped = [], {}, []
     for candidate in DISCOVERY_ORDER:
         path = os.environ.get(candidate[1:]) if candidate.startswith("$") else candidate
-        if not path or not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-            continue
-        dev = device(Path(path))
-        if dev == home_dev or dev in devices:
-            continue
-        devices.add(dev)
-        found.append(TierSpec(path=path))
-    if not found:
+        if not path:
+            continue  # not set: nothing to say
+        named = f"{candidate} ({path})" if candidate.startswith("$") else path
+        if not os.path.isdir(path):
+            skipped.append(f"{named}: not a directory that exists")
+        elif not os.access(path, os.W_OK | os.X_OK):
+            skipped.append(f"{named}: not writable by this user")
+        elif (dev := device(Path(path))) == home_dev:
+            skipped.append(f"{named}: on the home's filesystem")
+        elif dev in devices:
+            skipped.append(f"{named}: the same filesystem as {devices[dev]}")
+        else:
+            devices[dev] = path
+            found.append(TierSpec(path=path))
+    chosen = ", ".join(spec.path for spec in found) or "none: nodes run in the home"
+    if skipped:
+        logger.warning("[Sea] tiers found: %s; left out %s (list tiers in the configuration to choose them)", chosen, "; ".join(skipped))
+    elif not found:
         logger.warning("[Sea] no node-local tier found ($SLURM_TMPDIR, $TMPDIR, /dev/shm); nodes run in the home")
+    else:
+        logger.info("[Sea] tiers found: %s", chosen)
     return found
 
 

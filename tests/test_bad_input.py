@@ -109,7 +109,7 @@ BAD = [
     Bad("yaml-empty", ("is empty", "give no file to use the tiers Sea finds"), "{yaml}", yaml="# nothing yet\n"),
     Bad("yaml-not-utf8", ("is not UTF-8 text",), "{yaml}", yaml="tiers: [{path: caf\udce9}]\n"),
     # tiers against the home
-    Bad("tier-inside-the-home", ("is inside the home", "outside the workflow's base_dir"), {"tiers": [{"path": "{home}/inside"}]}),
+    Bad("tier-inside-the-home", ("is inside the home", "outside the work directory (Nipype's base_dir, Pydra's cache_root)"), {"tiers": [{"path": "{home}/inside"}]}),
     Bad("tier-on-the-home-filesystem", ("same filesystem as the home", "node-local storage"), {"tiers": [{"path": "{disk}"}]}),
     Bad("two-tiers-on-one-filesystem", ("same filesystem as tier", "list each filesystem once"), {"tiers": [{"path": "{shm}"}, {"path": "{shm2}"}]}),
     Bad("tier-read-only", ("is not writable by this user",), {"tiers": [{"path": "{ro}"}]}),

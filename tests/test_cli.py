@@ -86,3 +86,15 @@ def test_config_surprises_are_refused_or_said(disk_dir, shm_dir, monkeypatch):
     (disk_dir / "huge.yml").write_text(f"tiers:\n  - path: {shm_dir}\n    capacity: 900TiB\n")
     result = sea("check", str(disk_dir / "huge.yml"), "--home", str(disk_dir / "work"))
     assert result.returncode == 0 and "capacity 900TiB is more than the whole filesystem" in result.stderr, result.stderr
+
+
+def test_discovery_says_what_it_chose_and_what_it_left_out(disk_dir, shm_dir, monkeypatch):
+    """No tiers listed: $SLURM_TMPDIR, $TMPDIR, /dev/shm. One set to a directory that does not
+    exist, or on the home's filesystem, is left out with a warning saying so, never silently."""
+    monkeypatch.setenv("SLURM_TMPDIR", str(disk_dir / "job-1234"))  # the job's directory was never made
+    monkeypatch.setenv("TMPDIR", str(disk_dir))  # on the shared filesystem, as the home is
+    result = sea("check", "--home", str(disk_dir / "work"))
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "tiers found" in line]
+    assert "tiers found: /dev/shm; left out" in line and "$SLURM_TMPDIR" in line and "not a directory that exists" in line, line
+    assert "$TMPDIR" in line and "on the home's filesystem" in line, line
