@@ -316,8 +316,7 @@ class SeaEngine:
     def killed_run_started(self) -> float | None:
         """When the previous run of this home started, if it was killed (its lock was taken over):
         an adapter can tell the files its engine's own locking left then by their times."""
-        replaced = self._run_lock.replaced if self._run_lock is not None else None
-        return replaced.get("started") if replaced else None
+        return self._run_lock.killed_run_started if self._run_lock is not None else None
 
     @property
     def closed(self) -> bool:

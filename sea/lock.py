@@ -81,6 +81,11 @@ class RunLock:
             return cls(path, me, replaced)
         raise SeaRunLocked(_refusal(home, path, _read(path)))
 
+    @property
+    def killed_run_started(self) -> float | None:
+        """When the run whose lock this one took over started (it was killed), if it said."""
+        return self.replaced.get("started") if self.replaced else None
+
     def release(self) -> None:
         self._stop.set()
         if _read(self.path) == self.holder:  # never another run's lock

@@ -63,7 +63,8 @@ def is_bare_number(value: object) -> bool:
     never what was meant."""
     if isinstance(value, bool):
         return False
-    return isinstance(value, (int, float)) or re.fullmatch(r"\s*\d+(?:\.\d+)?\s*", str(value)) is not None
+    match = _SIZE.match(str(value))
+    return isinstance(value, (int, float)) or (match is not None and match.group(2) == "")
 
 
 def parse_fraction(text: str) -> float | None:

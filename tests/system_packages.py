@@ -27,6 +27,11 @@ def missing() -> list[str]:
     return [package for package, present in PACKAGES.items() if not present()]
 
 
+def can_install() -> bool:
+    """Root on a machine with apt-get."""
+    return os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
 def install_missing() -> str | None:
     """Install what is missing with apt-get; None when all is there, else the one line saying what
     could not be installed and how to install it."""
@@ -34,7 +39,7 @@ def install_missing() -> str | None:
     if not needed:
         return None
     command = f"apt-get install {' '.join(needed)}"
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if not can_install():
         return f"the test suite needs the Debian packages {' '.join(needed)}: run '{command}' as root (as root on Debian, the suite installs them itself)"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for step in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *needed]):
