@@ -683,6 +683,21 @@ class SeaEngine:
             self.report.bytes_received += size
             return physical
 
+    def _forget_failed_flushes(self) -> None:
+        """The home was moved away under copies going into it: they failed because of the move (their
+        destination vanished), so their nodes are dropped as running ones are, and run again once the
+        home is moved back; the run ends in SeaHomeMoved, not SeaFlushError."""
+        failed = [n for n in self._nodes.values() if n.flush_failed]
+        self.log.warning("[Sea] %d copies home failed as the work directory moved (first: %s); their nodes will run again", len(failed), self.report.flush_errors[0])
+        self.report.flush_errors.clear()
+        for node in failed:
+            node.flush_failed = False
+            node.state = State.FAILED if node.state is State.FINISHED else node.state
+            if node.placement is not None and not node.placement.tier.is_home and not node.part_of:
+                for part in self._separate_parts(node):
+                    self._drop_placement(part)
+                self._drop_placement(node)
+
     def _drop_placement(self, node: _Node) -> None:
         p = node.placement
         if p.logical.is_symlink():
@@ -1029,7 +1044,13 @@ class SeaEngine:
         self.report.stager_wait_seconds += self.stager.drain(before=CHECKPOINT)
         self.stager.abandon(CHECKPOINT)
         self.report.stager_wait_seconds += self.stager.drain()
+        if moved is None:  # moved while the last copies were committed
+            moved = self._home_moved()
+            if moved is not None:
+                self.log.error("[Sea] %s", self._home_moved_message(moved))
         with self._lock:
+            if moved is not None and self.report.flush_errors:
+                self._forget_failed_flushes()
             for node in self._nodes.values():
                 node.consumers_left.clear()  # nothing runs any more
                 node.open_ended = False

@@ -151,6 +151,29 @@ def test_flush_failure_keeps_the_fast_copy_and_says_where(disk_dir, shm_dir):
     assert kept, "the only copy of an output was evicted"
 
 
+def test_a_copy_home_the_home_moved_under_ends_the_run_as_moved_not_as_a_failed_flush(disk_dir, shm_dir):
+    """The home is moved away while a node's directory is being committed into it (the adapter's
+    relocation finds the old path gone): its node runs again once the home is back, as a running
+    node's would; the run ends in SeaHomeMoved and leaves nothing on the tier (seen in CI under
+    Pydra as a SeaFlushError that kept the copy)."""
+    from sea import SeaHomeMoved
+
+    home, moved = disk_dir / "home", disk_dir / "home-moved"
+
+    def relocate(directory: Path, moves: dict) -> list[str]:
+        home.rename(moved)  # the user's `mv` lands while the copy is committed
+        return [str(p) for p in directory.iterdir()]  # FileNotFoundError: it moved with the home
+
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "checkpoints": "all"}), home, relocate=relocate)
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a"), NodeSpec("wf/b", upstream=(("wf/a", "x"),))]))
+    run_chain(engine, ["wf/a"])
+    with pytest.raises(SeaHomeMoved) as info:
+        engine.close()
+    assert str(moved) in str(info.value)
+    assert not engine.report.flush_errors
+    assert not [p for p in shm_dir.rglob("*") if p.is_file()], "a copy the moved home made fail was kept on the tier"
+
+
 def test_live_working_set_of_a_chain_is_a_producer_and_its_consumer(disk_dir, shm_dir):
     """Sequential chain of 1 MiB nodes: at most two outputs are needed at once (the one being read
     and the one being written), and eviction keeps the tier's peak at that."""
