@@ -17,7 +17,7 @@ import traceback
 from itertools import count
 from pathlib import Path
 
-from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph
+from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph, console
 from sea.config import unknown_key
 from sea.dask_options import DaskOptions
 from sea.engine import sweep_partial_copies
@@ -26,12 +26,12 @@ from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.lock import RunLock
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
-from sea.report import RunReport, merge_reports
+from sea.report import RunReport, announce, merge_reports
 
 from . import _nipype_internals as nx_
 from .graph import node_specs
 
-logger = logging.getLogger("nipype.workflow")
+logger = logging.getLogger("sea")
 
 DASK_PLUGIN_ARGS = ("sea", "dask", "status_callback")
 RESULT_TIMEOUT = 60.0  # seconds to fetch a finished task's outcome (a few hundred bytes) from its worker
@@ -100,6 +100,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
     """Nipype on Dask distributed, each worker with its own node-local tiers (see the module)."""
 
     def __init__(self, plugin_args=None):
+        console.attach()
         plugin_args = check_dask_plugin_args(plugin_args)
         self.sea = plugin_args.get("sea")
         SeaConfig.load(self.sea)  # checked here; loaded again on each worker, where its ${VARS} are set
@@ -144,11 +145,11 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
                     outcomes = client.run(close_run, success, interrupted)
                 finally:
                     stop.restore()
-                self.report = merge_reports([o["report"] for o in outcomes.values()], self.planner.rows.values())
+                self.report = merge_reports([(o["worker"], o["report"]) for o in outcomes.values()], self.planner.rows.values())
                 self.report.nodes_recomputed = self.planner.recomputed
                 self.report.success = success and not any(o["flush_error"] for o in outcomes.values())
-                self.report.to_json(home / config_.report)
-                logger.info("%s", self.report.to_text())
+                self.report.save(home / config_.report, home)
+                announce(self.report, logger)
                 errors = [o["flush_error"] for o in outcomes.values() if o["flush_error"]]
                 if errors and success:
                     raise SeaFlushError(errors[0])

@@ -22,4 +22,5 @@ def describe(obj, config: SeaConfig) -> PlanInput | None:
     home = Path(obj.base_dir).resolve()
     graph = nx_.expanded_graph(obj)
     input_bytes = sum(nx_.unconnected_file_bytes(node) for node in graph.nodes() if graph.in_degree(node) == 0)
-    return PlanInput(home=home, specs=node_specs(graph, home, config.sinks), input_bytes=input_bytes)
+    poll = float(obj.config["execution"].get("poll_sleep_duration", 2))
+    return PlanInput(home=home, specs=node_specs(graph, home, config.sinks), input_bytes=input_bytes, poll_seconds=poll)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import nipype
 
-from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph
+from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph, console
 from sea.config import Checkpoints, unknown_key
 from sea.interrupt import StopSignals
 
 from . import _nipype_internals as nx_
 from .graph import node_specs
 
-logger = logging.getLogger("nipype.workflow")
+logger = logging.getLogger("sea")
 
 
 def check_plugin_args(plugin_args) -> dict:
@@ -47,6 +47,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     ``raise_insufficient``, ``scheduler``, ...) and ``sea``."""
 
     def __init__(self, plugin_args=None):
+        console.attach()
         plugin_args = check_plugin_args(plugin_args)
         self.sea_config = SeaConfig.load(plugin_args.get("sea"))  # a bad config fails here, before any node
         if not nx_.nipype_version_supported():

@@ -35,12 +35,12 @@ from sea.engine import sweep_partial_copies
 from sea.journal import Journal
 from sea.locality import WorkerRow
 from sea.lock import RunLock
-from sea.report import RunReport, combine_tiers, merge_reports
+from sea.report import RunReport, announce, combine_tiers, merge_reports
 from sea.tiers import StorageHierarchy
 
 from . import _pydra_internals as px_
 
-logger = logging.getLogger("pydra.worker")
+logger = logging.getLogger("sea")
 
 RUNNING = Path(".sea") / "running"  # <home>/.sea/running/<checksum>: the worker running a nested workflow now
 
@@ -161,9 +161,7 @@ class DaskRun:
             self.jobs_in_home += 1
             return
         report = value["report"]
-        for tier in [t for t in report.tiers if not t.name.startswith("home:")]:  # machines may have the same paths
-            tier.name, tier.path = f"{value['worker']}:{tier.name}", f"{value['worker']}:{tier.path}"
-        self.reports.append(report)
+        self.reports.append((value["worker"], report))
         row.nodes_run += report.nodes_run
         row.with_inputs_held += value["with_inputs_held"]
         row.local_hits += value["with_inputs_held"]  # a nested workflow's jobs all ran on its worker
@@ -172,12 +170,12 @@ class DaskRun:
     def _write_report(self, success: bool) -> None:
         report = merge_reports(self.reports, self.rows.values())
         report.tiers = combine_tiers(report.tiers)  # a worker ran several nested workflows
-        report.nodes_total = sum(r.nodes_total for r in self.reports) + self.jobs_in_home
+        report.nodes_total = sum(r.nodes_total for _, r in self.reports) + self.jobs_in_home
         report.nodes_run += self.jobs_in_home
         report.nodes_recomputed = self.recomputed
         report.success = success and not report.flush_errors
-        report.to_json(self.home / self.sea.report)
-        logger.info("%s", report.to_text())
+        report.save(self.home / self.sea.report, self.home)
+        announce(report, logger)
 
 
 def _set(outcome: asyncio.Future, value: Any, failure: BaseException | None) -> None:

@@ -28,12 +28,14 @@ import logging
 import time
 import typing as ty
 
-logger = logging.getLogger("pydra.worker")
+from sea.console import SeaError
+
+logger = logging.getLogger("sea")
 
 STALL_AFTER = 60.0  # seconds with Sea waiting, nothing running and nothing moving
 
 
-class SeaStalled(RuntimeError):
+class SeaStalled(SeaError, RuntimeError):
     """Sea's worker waits for something no job, copy or process can bring any more (a defect of Sea's;
     the message names the jobs)."""
 

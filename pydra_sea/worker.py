@@ -49,7 +49,7 @@ from pathlib import Path
 import attrs
 from pydra.workers import cf
 
-from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph
+from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, console
 from sea.config import check_whole_number
 from sea.dask_options import DaskOptions
 from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
@@ -58,10 +58,11 @@ from sea.report import RunReport
 from . import _pydra_internals as px_
 from .watchdog import Watchdog
 
-logger = logging.getLogger("pydra.worker")
+logger = logging.getLogger("sea")
 
 
 def _load(value: ty.Any) -> SeaConfig:
+    console.attach()  # the first thing of Sea's a Submitter makes
     return SeaConfig.load(value)
 
 
@@ -426,7 +427,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         # keeps it as under cf; an output also read by other nodes stays on its tier until the
         # workflow has copied its outputs
         persist = not consumed
-        specs = [NodeSpec(key=j.checksum, kind=f"{type(j.task).__name__}:{name}", upstream=producers, persist_dir=persist) for j in jobs]
+        kind = f"{type(jobs[0].task).__name__}:{name}" if jobs else name
+        specs = [
+            NodeSpec(key=j.checksum, kind=kind, upstream=producers, persist_dir=persist, label=kind + (f"[{i}]" if len(jobs) > 1 else ""))
+            for i, j in enumerate(jobs)
+        ]
         self.engine.add_nodes(specs, open_ended=consumed)
         held = self._held.setdefault(id(workflow_job), [])
         if persist:

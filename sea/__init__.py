@@ -5,6 +5,7 @@ later ``pydra_sea``) translate their engine's graph and callbacks into :class:`S
 """
 
 from .config import Mode, Rule, SeaConfig, SeaConfigError, TierSpec
+from .console import SeaError
 from .engine import Placement, SeaEngine, SeaFlushError, SeaHomeMoved
 from .graph import NodeSpec, WorkflowGraph
 from .private import SeaTierSwapped
@@ -19,6 +20,7 @@ __all__ = [
     "SeaConfig",
     "SeaConfigError",
     "SeaEngine",
+    "SeaError",
     "SeaFlushError",
     "SeaHomeMoved",
     "SeaTierSwapped",

@@ -20,9 +20,10 @@ from .journal import Journal
 from .model import Bandwidth, TierModel
 from .plan import Plan, describe, load_target, make_plan
 from .plot import plot_timeline
-from .probe import cached_probe
+from .probe import cache_file as probe_cache
+from .probe import cached_probe, remembered
 from .recover import kept_directories, recover
-from .report import RunReport
+from .report import RunReport, runs
 from .resume import CACHE_CHECK, CHANGED, EVICTED, plan_rerun
 from .sizes import format_size
 from .tiers import StorageHierarchy, check_is_directory
@@ -34,60 +35,100 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="check a configuration (and its tiers against a home) without running anything")
     check.add_argument("config", nargs="?", help="YAML file (default: $SEA_CONFIG, else the discovered tiers)")
     check.add_argument("--home", help="the workflow's base_dir; with it, tiers are checked for real")
-    report = sub.add_parser("report", help="print the end-of-run report of a run")
-    report.add_argument("path", help="sea-report.json, or the base_dir that holds it")
+    report = sub.add_parser("report", help="print the end-of-run report of a run (the latest, or one of those --list shows)")
+    report.add_argument("path", help="the base_dir (or cache_root) of the runs, or a report's JSON file")
+    report.add_argument("--list", action="store_true", help="list every run's report kept in that base_dir, oldest first")
+    report.add_argument("--run", type=int, metavar="N", help="the report of run N of --list (1 is the oldest, -1 the latest)")
     report.add_argument("--json", action="store_true", help="print the JSON as is")
-    report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib)")
+    report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib: pip install 'sea-workflows[report]')")
     sub.add_parser("config-docs", help="print the configuration reference (docs/configuration.md) in Markdown")
     rescue = sub.add_parser("recover", help="copy home what a run kept on a tier after its flush failed (see the report's KEPT lines)")
     rescue.add_argument("paths", nargs="+", metavar="DIR", help="a kept sea-* directory, or a tier root holding some")
     probe = sub.add_parser("probe", help="measure the read/write bandwidth of directories (cached per host)")
-    probe.add_argument("paths", nargs="+")
+    probe.add_argument("paths", nargs="+", metavar="DIR", help="a directory you can write to (a tier, the shared filesystem)")
     probe.add_argument("--fresh", action="store_true", help="measure again instead of using the cache")
     plan = sub.add_parser("plan", help="predict a workflow's tier usage and makespan before running it")
     plan.add_argument("target", help="MODULE:FUNCTION (or file.py:FUNCTION) returning the workflow")
     plan.add_argument("--sea", help="Sea config (YAML); default $SEA_CONFIG, else the discovered tiers")
-    plan.add_argument("--n-procs", type=int, default=os.cpu_count() or 1)
+    plan.add_argument("--n-procs", type=int, default=os.cpu_count() or 1, help="processes the run will use (default: this machine's cores)")
     plan.add_argument("--shared-read-mbps", type=float, help="the shared filesystem's read bandwidth (default: probe the home)")
     plan.add_argument("--shared-write-mbps", type=float, help="the shared filesystem's write bandwidth (default: probe the home)")
     plan.add_argument("--rerun", action="store_true", help="instead: what a rerun of it in its base_dir will execute, and why (reads the journal)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "check":
-            return _check(args.config, args.home)
-        if args.command == "probe":
-            for path in args.paths:
-                bw = cached_probe(Path(path), fresh=args.fresh)
-                print(f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s")
-            return 0
-        if args.command == "recover":
-            for path in args.paths:
-                for directory in kept_directories(Path(path)):
-                    try:
-                        print(recover(directory).to_text())
-                    except OSError as exc:  # the home still full, or unreachable: nothing is lost, try again later
-                        print(f"sea: error: {directory}: {exc.strerror or exc} ({exc.filename}); what is not home yet stays there", file=sys.stderr)
-                        return 1
-            return 0
-        if args.command == "plan":
-            print(_rerun_plan(args) if args.rerun else _plan(args).to_text())
-            return 0
-        if args.command == "report":
-            path = Path(args.path)
-            path = path / "sea-report.json" if path.is_dir() else path
-            if not path.is_file():
-                raise SeaConfigError(f"no report at {path}: give the sea-report.json of a run, or its base_dir")
-            report = RunReport.from_json(path)
-            print(path.read_text() if args.json else report.to_text())
-            if args.plot:
-                plot_timeline(report, Path(args.plot))
-                print(f"tier usage over time: {args.plot}")
-            return 0
-        sys.stdout.write(config_reference())
-        return 0
+        return _command(args)
     except SeaConfigError as exc:
         print(f"sea: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `sea report ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
+        return 0
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "check":
+        return _check(args.config, args.home)
+    if args.command == "probe":
+        for path in args.paths:
+            print(_probe(Path(path), args.fresh))
+        return 0
+    if args.command == "recover":
+        for path in args.paths:
+            for directory in kept_directories(Path(path)):
+                try:
+                    print(recover(directory).to_text())
+                except OSError as exc:  # the home still full, or unreachable: nothing is lost, try again later
+                    print(f"sea: error: {directory}: {exc.strerror or exc} ({exc.filename}); what is not home yet stays there", file=sys.stderr)
+                    return 1
+        return 0
+    if args.command == "plan":
+        print(_rerun_plan(args) if args.rerun else _plan(args).to_text())
+        return 0
+    if args.command == "report":
+        return _report(args)
+    sys.stdout.write(config_reference())
+    return 0
+
+
+def _probe(path: Path, fresh: bool) -> str:
+    if not path.is_dir():
+        raise SeaConfigError(f"{path} is not a directory: give a directory on the storage to measure (a tier, the shared filesystem)")
+    known = None if fresh else remembered(path)
+    if known is not None:
+        bw, said = known, f" (measured earlier on this host; --fresh measures again; figures kept in {probe_cache()})"
+    else:
+        try:
+            bw, said = cached_probe(path, fresh=True), ""
+        except OSError as exc:
+            raise SeaConfigError(f"{path}: cannot write a test file there ({exc.strerror or exc}); give a directory you can write to") from None
+    return f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s{said}"
+
+
+def _report(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    kept = runs(path) if path.is_dir() else []
+    if args.list:
+        if not kept:
+            raise SeaConfigError(f"no run reports kept in {path}: give the base_dir (or cache_root) of a run of Sea")
+        for i, run in enumerate(kept, 1):
+            print(f"{i:>3}  {RunReport.from_json(run).one_line()}")
+        return 0
+    if args.run is not None:
+        if not kept or not (1 <= args.run <= len(kept) or -len(kept) <= args.run <= -1):
+            raise SeaConfigError(f"no run {args.run} in {path}: `sea report {path} --list` lists its {len(kept)} run(s)")
+        path = kept[args.run - 1 if args.run > 0 else args.run]
+    elif path.is_dir():
+        path = path / "sea-report.json" if (path / "sea-report.json").is_file() or not kept else kept[-1]
+    if not path.is_file():
+        raise SeaConfigError(f"no report at {path}: give the sea-report.json of a run, or its base_dir")
+    report = RunReport.from_json(path)
+    print(path.read_text() if args.json else report.to_text())
+    if len(kept) > 1 and not args.json and args.run is None:
+        print(f"({len(kept)} runs kept in {args.path}: `sea report {args.path} --list` lists them, `--run N` shows one)")
+    if args.plot:
+        plot_timeline(report, Path(args.plot))
+        print(f"tier usage over time: {args.plot}")
+    return 0
 
 
 def _check(source: str | None, home: str | None) -> int:
@@ -150,7 +191,7 @@ def _plan(args: argparse.Namespace) -> Plan:
     history_path = found.home / HISTORY
     history = SizeEstimator.load(history_path, config.default_node_size)
     graph = WorkflowGraph.from_specs(found.specs)
-    return make_plan(graph, history, tiers, shared, args.n_procs, found.input_bytes, learned=history_path.is_file())
+    return make_plan(graph, history, tiers, shared, args.n_procs, found.input_bytes, learned=history_path.is_file(), poll_seconds=found.poll_seconds)
 
 
 def _rerun_plan(args: argparse.Namespace, shown: int = 12) -> str:

@@ -21,12 +21,14 @@ from typing import Any
 
 import yaml
 
+from .console import SeaError
+from .progress import MODES
 from .sizes import is_bare_number, parse_fraction, parse_size
 
 ENV_VAR = "SEA_CONFIG"
 
 
-class SeaConfigError(ValueError):
+class SeaConfigError(SeaError, ValueError):
     """A configuration problem, stated in one line with its fix."""
 
     def __init__(self, message: str):
@@ -197,6 +199,15 @@ class SeaConfig:
             "(default false), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
             "ahead, default 4)",
             {"enabled": True, "budget": "2GiB", "lookahead": 4},
+        ),
+    )
+    progress: str = field(
+        default="auto",
+        metadata=_doc(
+            "how the run's progress is shown (nodes done of the total, what runs, each tier's fill, what waits to "
+            "go home and its rate, an ETA): auto (one updating line on a terminal, else a line every 30 s in the "
+            "log), bar, lines or off",
+            "lines",
         ),
     )
     default_node_size: int = field(
@@ -501,6 +512,7 @@ _PARSERS = {
     "stager_threads": _parse_threads,
     "report": _parse_report,
     "sinks": _parse_sinks,
+    "progress": lambda value, what: check_choice(value, what, list(MODES)),
     "default_node_size": _parse_node_size,
     "prefetch": _parse_prefetch,
 }

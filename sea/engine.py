@@ -47,8 +47,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from .checkpoint import CheckpointPolicy, CopyCost
 from .config import Checkpoints, Mode, Rule, SeaConfig, SeaConfigError
+from .console import SeaError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
@@ -56,7 +59,8 @@ from .lock import RunLock
 from .ordering import order_ready
 from .prefetch import Prefetcher
 from .probe import remembered
-from .report import RunReport, TierReport, peak_concurrent_bytes
+from .progress import Progress, Rate, Snapshot, WorkLeft
+from .report import RunReport, TierReport, announce, peak_concurrent_bytes
 from .resume import RerunPlan, checkpoint_identity, plan_rerun
 from .sizes import format_size
 from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, Stager, sweep_temporaries, temporary_name, walk_files
@@ -72,11 +76,11 @@ EACCES_TEXT = (os.strerror(errno.EACCES), f"[Errno {errno.EACCES}]")  # a progra
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
 
 
-class SeaFlushError(RuntimeError):
+class SeaFlushError(SeaError, RuntimeError):
     """A declared output could not be committed home; its fast-tier copy is kept."""
 
 
-class SeaHomeMoved(RuntimeError):
+class SeaHomeMoved(SeaError, RuntimeError):
     """The work directory (the home) was moved, renamed or removed while the run went on: Sea stops
     rather than make a new one in its place (a user's ``mv``, a cleanup of a job's directory)."""
 
@@ -129,6 +133,13 @@ class _Node:
     parts: list[str] = field(default_factory=list)
 
 
+def _filesystem_size(path: Path) -> int | None:
+    try:
+        return psutil.disk_usage(str(path)).total
+    except OSError:  # the tier went: the run says so elsewhere
+        return None
+
+
 def sweep_partial_copies(graph: WorkflowGraph, home: Path, log: logging.Logger) -> None:
     """Remove the temporary copies a killed run left in the home and the sinks' destinations. A
     run spread over machines does it once, on its client, before any machine starts flushing."""
@@ -162,7 +173,8 @@ class SeaEngine:
 
         ``machine``: this engine is one of several sharing the home, one per machine (a Dask worker
         with its own tiers); its journal, history and report get the machine's name, and nodes that
-        run elsewhere are told by :meth:`finished_elsewhere`."""
+        run elsewhere are told by :meth:`finished_elsewhere`. Its progress is not shown (the
+        client's is the run's); else ``config.progress`` decides how (:mod:`sea.progress`)."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -181,7 +193,7 @@ class SeaEngine:
             self.checkpoints = CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor)
             self.stager = Stager(config.stager_threads)
             self.journal = Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl")))
-            self.report = RunReport()
+            self.report = RunReport(started_at=time.time())
             self.graph = WorkflowGraph.from_specs([])
             self._nodes: dict[str, _Node] = {}
             self._skip: set[str] = set()
@@ -196,6 +208,11 @@ class SeaEngine:
             self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
             self._start = time.monotonic()
             self._closed = False
+            self._work_left = WorkLeft(self.estimator.seconds)
+            self._running: dict[str, str] = {}  # key -> name, of nodes running now
+            self._open_ended = 0  # nodes that may still get consumers: the graph is still growing
+            self._copy_rate = Rate()
+            self.progress = Progress(self.progress_snapshot, config.progress if machine is None else "off", self.log)
         except BaseException:
             if self.hierarchy is not None:
                 self.hierarchy.close()
@@ -222,6 +239,7 @@ class SeaEngine:
             self.report.rerun_plan = self.rerun_plan.counts() if plan_resume else {}
         if self._skip or self._home_dirs:
             self.log.info("[Sea] rerun of %d nodes: %s", len(graph), self.rerun_plan.summary())
+        self.progress.start()  # once the total is known
 
     def add_nodes(self, specs: list[NodeSpec], open_ended: bool = False) -> None:
         """Nodes the engine created after the run started (Pydra makes a job once its inputs are
@@ -237,6 +255,7 @@ class SeaEngine:
             self.graph.add(specs)
             keys = [spec.key for spec in specs]
             self._admit(keys)
+            self._open_ended += len(keys) if open_ended else 0
             for key in keys:
                 self._nodes[key].open_ended = open_ended
                 for producer in self.graph.producers(key):
@@ -247,7 +266,9 @@ class SeaEngine:
         """No more consumers of ``keys`` will be added: they may be evicted once those known finished."""
         with self._lock:
             for key in keys:
-                self._nodes[key].open_ended = False
+                node = self._nodes[key]
+                self._open_ended -= node.open_ended
+                node.open_ended = False
                 self._maybe_evict(key)
 
     def _admit(self, keys: list[str]) -> None:
@@ -259,6 +280,7 @@ class SeaEngine:
         for key in keys:
             spec = self.graph.nodes[key]
             self._nodes[key] = _Node(spec=spec, consumers_left=set(self.graph.consumers(key)))
+            self._work_left.add(spec.kind)
             if key in self._skip:
                 continue
             if present.get(key) == "link":
@@ -446,6 +468,7 @@ class SeaEngine:
             node.started = time.monotonic()
             if owner is not None:
                 return node.placement
+            self._running[key] = node.spec.label or key
             if node.spec.sink_destination is not None and not tier.is_home:
                 # The sink sees its destination's own absolute path under a neutral prefix, so its
                 # substitutions (applied to the whole path) act as they would at home.
@@ -465,6 +488,7 @@ class SeaEngine:
             self.place(owner_key)
         part = _Node(spec=NodeSpec(key, kind=f"{owner.spec.kind}[part]"), consumers_left=set(), part_of=owner_key)
         self._nodes[key] = part
+        self.report.subnodes += 1
         owner.parts.append(key)
         return part
 
@@ -638,6 +662,7 @@ class SeaEngine:
                 return
             node.state = State.FAILED
             self.report.nodes_failed += 1
+            self._ended(node)
             p = node.placement
             if p is not None:
                 self.hierarchy.check(p.tier)  # it failed because its tier went: say that, not its traceback
@@ -1017,8 +1042,34 @@ class SeaEngine:
             del timeline[1:-1:2]  # halve the resolution, keep the first and last points
 
     def _progress(self, key: str) -> None:
-        done = self.report.nodes_run + self.report.nodes_cached
-        self.log.info("[Sea] %d/%d nodes done (%s), stager queue %d files", done, self.report.nodes_total, key, self.stager.queue_length)
+        with self._lock:
+            node = self._nodes.get(key)
+            if node is not None and node.part_of is None:
+                self._ended(node)
+            done = self.report.nodes_run + self.report.nodes_cached
+        self.log.debug("[Sea] %d/%d nodes done (%s), stager queue %d files", done, self.report.nodes_total, key, self.stager.queue_length)
+
+    def _ended(self, node: _Node) -> None:
+        """The node will not run any more in this run (finished, found done, failed)."""
+        self._running.pop(node.spec.key, None)
+        ran = node.finished - node.started if node.started and node.finished else None
+        self._work_left.done(node.spec.kind, ran)
+
+    def progress_snapshot(self) -> Snapshot:
+        """The run's figures now, as :mod:`sea.progress` shows them."""
+        now = time.monotonic()
+        with self._lock:
+            elapsed = now - self._start
+            done = self.report.nodes_run + self.report.nodes_cached + self.report.nodes_failed
+            running = list(self._running.values())
+            tiers = [(t.root, t.used, t.capacity) for t in self.hierarchy.fast_tiers]
+            eta = self._work_left.eta(elapsed)
+        tiers = [(str(root), used, capacity or _filesystem_size(root)) for root, used, capacity in tiers]
+        backlog_bytes, backlog_files = self.stager.backlog
+        rate = self._copy_rate(now, self.stager.committed_bytes)
+        if rate and backlog_bytes:  # the run ends when its outputs are home
+            eta = max(eta or 0.0, backlog_bytes / rate)
+        return Snapshot(elapsed, done, self.report.nodes_total, self._open_ended > 0, running, tiers, backlog_bytes, backlog_files, rate, eta)
 
     def close(self, success: bool = True, interrupted: bool = False) -> RunReport:
         """Wait for every flush to commit, evict what is left on the tiers, write the report.
@@ -1101,7 +1152,7 @@ class SeaEngine:
             for t in self.hierarchy.all
         ]
         self.report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
-        self.report.files_created_home += 3  # the journal, the history and the report
+        self.report.files_created_home += 4  # the journal, the history, the report and this run's copy of it
         self.report.checkpoint_mode = self.checkpoints.mode.value
         self.report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, self.report.rerun_worst_seconds = self.checkpoints.worst_rerun()
@@ -1114,9 +1165,13 @@ class SeaEngine:
         self.report.kept_dirs = [str(d) for d in self.hierarchy.close(kept, by_rule, reason="their flush home failed" if kept else "")]
         if moved != "":
             self.estimator.save(self._history)
-            self.report.to_json(self._report_path)
+            if self.machine is None:
+                self.report.save(self._report_path, Path(moved) if moved else self.home)
+            else:
+                self.report.to_json(self._report_path)  # a part of the run's: the client saves the run's
         self._release_lock()
-        self.log.info("%s", self.report.to_text())
+        self.progress.stop()
+        announce(self.report, self.log)
         if moved is not None and not self.report.flush_errors:
             raise SeaHomeMoved(self._home_moved_message(moved))
         if self.report.flush_errors:
@@ -1143,6 +1198,7 @@ class SeaEngine:
         if self._closed:
             return
         self._closed = True
+        self.progress.stop()
         self.stager.close()
         if self.prefetcher is not None:
             self.prefetcher.close()

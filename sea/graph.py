@@ -32,6 +32,7 @@ class NodeSpec:
     sink_destination: Path | None = None
     persist_dir: bool = False  # flush the whole directory home (a sink that writes into its own dir)
     reuses_dir: bool = False  # a rerun reuses parts of its directory (a MapNode's sub-nodes): it reruns in it
+    label: str = ""  # what a person calls it (a Pydra task and node name), if not its key
 
 
 @dataclass

@@ -63,14 +63,15 @@ class Prediction:
     io_seconds: float
     compute_seconds: float
     tail_seconds: float  # after the last node: the last output's flush
+    wait_seconds: float = 0.0  # a scheduler that polls: a poll's sleep between each step of the longest chain and the next
 
     @property
     def lower(self) -> float:
-        return max(self.io_seconds, self.compute_seconds) + self.tail_seconds
+        return max(self.io_seconds, self.compute_seconds) + self.tail_seconds + self.wait_seconds
 
     @property
     def upper(self) -> float:
-        return self.io_seconds + self.compute_seconds + self.tail_seconds
+        return self.io_seconds + self.compute_seconds + self.tail_seconds + self.wait_seconds
 
 
 def predict_shared(w: Workload, shared: Bandwidth) -> Prediction:

@@ -11,8 +11,10 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import networkx as nx
 
 from .config import SeaConfig, SeaConfigError
 from .estimate import SizeEstimator
@@ -28,6 +30,7 @@ class PlanInput:
     home: Path | None
     specs: list[NodeSpec]
     input_bytes: int
+    poll_seconds: float = 0.0  # the engine's own plugin sleeps this long between two scheduling rounds (MultiProc's poll)
 
 
 @dataclass
@@ -39,6 +42,7 @@ class Plan:
     workload: Workload
     shared: Prediction
     sea: Prediction
+    poll_seconds: float = 0.0
 
     def to_text(self) -> str:
         kinds: dict[str, list[float]] = {}
@@ -52,8 +56,9 @@ class Plan:
             *(f"    {tier:<28} {format_size(peak)}" for tier, peak in self.simulation.peak_bytes.items()),
             f"  spills: {self.simulation.spills}; live working set: {format_size(self.simulation.live_peak)}",
             f"  persisted home: {format_size(self.workload.output_bytes)} of declared outputs",
-            f"  makespan, everything on the shared FS: {self.shared.lower:.1f}-{self.shared.upper:.1f} s",
-            f"  makespan, Sea:                        {self.sea.lower:.1f}-{self.sea.upper:.1f} s",
+            f"  makespan, MultiProc, everything on the shared FS: {self.shared.lower:.1f}-{self.shared.upper:.1f} s"
+            + (f" (of which {self.shared.wait_seconds:.1f} s its {self.poll_seconds:g} s poll: execution.poll_sleep_duration)" if self.poll_seconds else ""),
+            f"  makespan, Sea (wakes when a node ends):  {self.sea.lower:.1f}-{self.sea.upper:.1f} s",
         ]
         return "\n".join(lines)
 
@@ -66,6 +71,7 @@ def make_plan(
     processes: int,
     input_bytes: float,
     learned: bool,
+    poll_seconds: float = 0.0,
 ) -> Plan:
     sizes = {k: float(history.estimate(s.kind)) for k, s in graph.nodes.items()}
     seconds = {k: history.seconds.get(s.kind, DEFAULT_SECONDS) for k, s in graph.nodes.items()}
@@ -86,9 +92,19 @@ def make_plan(
         sizes=sizes,
         simulation=sim,
         workload=workload,
-        shared=predict_shared(workload, shared),
+        shared=replace(predict_shared(workload, shared), wait_seconds=poll_seconds * _rounds(graph, processes)),
         sea=predict_sea(workload, tiers, shared, sim.live_peak),
+        poll_seconds=poll_seconds,
     )
+
+
+def _rounds(graph: WorkflowGraph, processes: int) -> int:
+    """Scheduling rounds of a plugin that polls, when nodes are shorter than its poll: each node of
+    the longest chain starts a round after its producer, and a round starts at most ``processes``
+    nodes."""
+    if not len(graph):
+        return 0
+    return max(nx.dag_longest_path_length(graph.dag) + 1, -(-len(graph) // processes))
 
 
 def load_target(target: str) -> object:

@@ -26,12 +26,14 @@ import stat
 import tempfile
 from pathlib import Path
 
+from .console import SeaError
+
 OWNER_FILE = ".sea-owner"
 KEPT_FILE = ".sea-kept"  # what a run kept here on purpose, and where it belongs: see mark_kept
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class SeaTierSwapped(RuntimeError):
+class SeaTierSwapped(SeaError, RuntimeError):
     """Sea's private directory on a tier is no longer the one it created."""
 
 

@@ -1,7 +1,7 @@
 """Measure a directory's read and write bandwidth, once per host, for the performance model.
 
 A few seconds: write a file with fsync (what a node's output costs), ask the kernel to drop its
-pages, read it back. Results are cached per host in ``~/.cache/sea/bandwidth.json``; a busy shared
+pages, read it back. Results are cached per host (:func:`cache_file`); a busy shared
 filesystem changes by the minute, so ``sea plan`` also takes its bandwidth from the command line.
 """
 
@@ -16,8 +16,14 @@ from pathlib import Path
 
 from .model import Bandwidth
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sea" / "bandwidth.json"
 CHUNK = 2**20
+
+
+def cache_file() -> Path:
+    """Where measured figures are kept: ``bandwidth.json`` in ``$SEA_CACHE``, else in
+    ``$XDG_CACHE_HOME/sea`` (``~/.cache/sea`` by default)."""
+    directory = os.environ.get("SEA_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sea"
+    return Path(directory) / "bandwidth.json"
 
 
 def probe(directory: Path, nbytes: int = 64 * 2**20) -> Bandwidth:
@@ -53,7 +59,7 @@ def remembered(directory: Path) -> Bandwidth | None:
 
 def _read_cache() -> dict:
     try:
-        cache = json.loads(CACHE.read_text())
+        cache = json.loads(cache_file().read_text())
     except (OSError, ValueError):
         return {}
     return cache if isinstance(cache, dict) else {}
@@ -68,8 +74,9 @@ def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20)
     cache = _read_cache()
     measured = probe(Path(directory), nbytes)
     cache.setdefault(host, {})[key] = {"read": measured.read, "write": measured.write, "at": time.time()}
-    CACHE.parent.mkdir(parents=True, exist_ok=True)
-    tmp = CACHE.with_name(CACHE.name + f".{os.getpid()}.tmp")
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cache, indent=1))
-    os.replace(tmp, CACHE)
+    os.replace(tmp, path)
     return measured

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .sizes import format_size
+
+RUNS = Path(".sea") / "reports"  # in the home: every run's report, one file each (the latest is also at config.report)
 
 
 def peak_concurrent_bytes(intervals: list[tuple[float, float, int]]) -> int:
@@ -91,6 +95,8 @@ class RunReport:
     rerun_worst_node: str = ""  # ... that one
     rerun_plan: dict = field(default_factory=dict)  # what Sea's journal said of each node at the start (sea.resume)
     kept_dirs: list[str] = field(default_factory=list)  # Sea's directories left on the tiers on purpose (sea recover)
+    subnodes: int = 0  # directories placed inside a node's own (a MapNode's sub-nodes): in the tiers' counts, not in nodes_total
+    started_at: float = 0.0  # when the run started (seconds since the epoch)
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,12 +104,34 @@ class RunReport:
         tmp.write_text(json.dumps(asdict(self), indent=2) + "\n")
         tmp.replace(path)
 
+    def save(self, path: Path, home: Path) -> Path:
+        """This run's report in ``home``'s list of runs (:data:`RUNS`) and, as the latest, at ``path``;
+        returns the first."""
+        started = self.started_at or time.time()
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started)) + f".{int(started * 1e6) % 10**6:06d}"
+        own = Path(home) / RUNS / f"{stamp}-{os.getpid()}.json"  # two runs of one process in one second have two
+        self.to_json(own)
+        self.to_json(path)
+        return own
+
     @classmethod
     def from_json(cls, path: Path) -> RunReport:
         data = json.loads(Path(path).read_text())
         data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
         data["workers"] = [WorkerReport(**w) for w in data.get("workers", [])]
-        return cls(**data)
+        return cls(**{k: v for k, v in data.items() if k in _FIELDS})  # a newer Sea's report: what this one knows
+
+    @property
+    def status(self) -> str:
+        return "interrupted" if self.interrupted else "succeeded" if self.success else "FAILED"
+
+    def one_line(self) -> str:
+        """When, how it ended, what ran: a line of ``sea report --list``."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at)) if self.started_at else "(time unknown)"
+        return (
+            f"{when}  {self.status:<11} {self.makespan_seconds:8.1f} s  {self.nodes_total} nodes: {self.nodes_run} run, "
+            f"{self.nodes_cached} cached, {self.nodes_failed} failed; {format_size(self.bytes_flushed)} home"
+        )
 
     @property
     def local_hit_rate(self) -> float:
@@ -112,19 +140,21 @@ class RunReport:
         return sum(w.local_hits for w in self.workers) / held if held else 1.0
 
     def to_text(self) -> str:
-        status = "succeeded" if self.success else "FAILED"
         lines = [
-            f"Sea run {status} in {self.makespan_seconds:.1f} s: {self.nodes_total} nodes, "
+            f"Sea run {self.status} in {self.makespan_seconds:.1f} s: {self.nodes_total} nodes, "
             f"{self.nodes_run} run, {self.nodes_cached} cached, {self.nodes_failed} failed"
+            + (", the nodes that were running run again next time" if self.interrupted else "")
             + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else "")
             + (f", {self.noexec_retries} rerun off a noexec tier" if self.noexec_retries else ""),
-            f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'nodes':>6} {'spills':>6}",
+            f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'dirs':>6} {'spills':>6}",
         ]
         for t in self.tiers:
             lines.append(
-                f"  {t.path[-34:]:<34} {format_size(t.peak_bytes):>10} {format_size(t.bytes_written):>10} "
+                f"  {ellipsis(t.path, 34):<34} {format_size(t.peak_bytes):>10} {format_size(t.bytes_written):>10} "
                 f"{format_size(t.bytes_evicted):>10} {t.nodes_placed:>6} {t.spills:>6}"
             )
+        if self.subnodes:
+            lines.append(f"  dirs: node directories, {self.subnodes} of them MapNode sub-nodes placed on their own")
         lines += [
             f"  live working set (files some unfinished node still needs) peaked at {format_size(self.live_peak_bytes)}",
             f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files"
@@ -157,19 +187,43 @@ class RunReport:
         if self.workers:
             lines.append(f"  {'worker':<34} {'nodes':>6} {'local inputs':>13} {'received':>10}")
         for w in self.workers:
-            lines.append(f"  {w.worker[-34:]:<34} {w.nodes_run:>6} {w.local_hit_rate:>12.1%} {format_size(w.bytes_received):>10}")
+            lines.append(f"  {ellipsis(w.worker, 34):<34} {w.nodes_run:>6} {w.local_hit_rate:>12.1%} {format_size(w.bytes_received):>10}")
         for error in self.flush_errors:
             lines.append(f"  FLUSH ERROR: {error}")
         for kept in self.kept_dirs:
             lines.append(f"  KEPT on a tier: {kept} (no later run removes it; `sea recover {kept}` brings its copies home)")
+        lines.append("  `sea report BASE_DIR --plot usage.png` draws tier usage and the stager's queue over time; `--list` lists every run")
         return "\n".join(lines)
+
+
+_FIELDS = {f for f in RunReport.__dataclass_fields__}
+
+
+def announce(report: RunReport, log) -> None:
+    """Log the end-of-run report, its lines from the start of a line (after the logger's prefix)."""
+    log.info("[Sea] end-of-run report:\n%s", report.to_text())
+
+
+def ellipsis(text: str, width: int) -> str:
+    """``text`` cut from the left to ``width`` characters, the cut shown.
+
+    >>> ellipsis("/scratch/user/work/wf/sub-01", 16)
+    '…/work/wf/sub-01'
+    """
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def runs(home: Path) -> list[Path]:
+    """Every run's report saved in ``home``, oldest first."""
+    directory = Path(home) / RUNS
+    return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
 _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",
-           "checkpoint_files_dropped")  # fmt: skip
+           "checkpoint_files_dropped", "subnodes")  # fmt: skip
 
 
 def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:
@@ -189,11 +243,16 @@ def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:
     return list(combined.values())
 
 
-def merge_reports(reports: list[RunReport], rows) -> RunReport:
-    """One report for a run spread over several machines: their figures summed, each tier listed
-    (named by its machine), and one row per worker (``rows``: :class:`sea.locality.WorkerRow`)."""
+def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
+    """One report for a run spread over several machines, from each ``(worker, its report)``: their
+    figures summed, each tier listed under its worker's name (machines may have the same paths),
+    and one row per worker (``rows``: :class:`sea.locality.WorkerRow`)."""
     merged = RunReport()
-    for report in reports:
+    reports = []
+    for worker, report in parts:
+        report = replace(report, tiers=[t if t.name.startswith("home:") else replace(t, name=f"{worker}:{t.name}", path=f"{worker}:{t.path}") for t in report.tiers])
+        reports.append(report)
+        merged.started_at = min(merged.started_at or report.started_at, report.started_at or merged.started_at)
         for name in _SUMMED:
             setattr(merged, name, getattr(merged, name) + getattr(report, name))
         merged.interrupted |= report.interrupted

@@ -156,6 +156,13 @@ def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int
     return size
 
 
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
+
+
 def _unlink(path: Path) -> None:
     """Remove a temporary; one that cannot be (the filesystem failing) is said, and left for the
     next run's sweep of temporaries."""
@@ -242,6 +249,7 @@ class FlushBatch:
     _staged: dict[Path, tuple] = field(default_factory=dict)  # dst -> (src, tmp, bytes, its lstat, seconds): written, sync deferred
     _sync: BatchSync | None = None
     _renaming: bool = False
+    _bytes_left: int = 0  # of its files, not committed yet (the stager's backlog)
     _sync_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -267,11 +275,19 @@ class Stager:
         self._idle = threading.Condition()
         self._in_flight = 0
         self._pending: dict[int, int] = {}  # priority -> files of batches not settled yet
+        self._backlog_bytes = 0  # bytes of files submitted and not committed (nor given up) yet
+        self.committed_bytes = 0  # bytes copied home so far
         self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
 
     @property
     def queue_length(self) -> int:
         return self._in_flight
+
+    @property
+    def backlog(self) -> tuple[int, int]:
+        """(bytes, files) submitted and not settled yet: what waits to go home."""
+        with self._idle:
+            return max(self._backlog_bytes, 0), self._in_flight
 
     def submit(self, batch: FlushBatch, priority: int = DECLARED) -> None:
         if not batch.files:
@@ -279,8 +295,10 @@ class Stager:
             return
         batch._left = len(batch.files)
         batch._sync = BatchSync(len(batch.files))
+        batch._bytes_left = sum(_size(src) for src, _ in batch.files)  # tier files: a cheap lstat each
         with self._idle:
             self._in_flight += len(batch.files)
+            self._backlog_bytes += batch._bytes_left
             self._pending[priority] = self._pending.get(priority, 0) + len(batch.files)
             while len(self._threads) < self._threads_wanted:
                 thread = threading.Thread(target=self._work, name=f"sea-stager_{len(self._threads)}", daemon=True)
@@ -392,6 +410,8 @@ class Stager:
         with self._idle:
             self._in_flight -= len(batch.files)
             self._pending[priority] -= len(batch.files)
+            self._backlog_bytes -= batch._bytes_left  # what was not copied (abandoned, failed)
+            batch._bytes_left = 0
             self._idle.notify_all()
 
     def _write(self, batch: FlushBatch, src: Path, dst: Path, priority: int = DECLARED) -> bool:
@@ -439,6 +459,10 @@ class Stager:
         with batch._lock:  # as a rerun will find it (a link's size is its target's length)
             batch.committed.append((dst, st.st_size, st.st_mtime_ns))
             batch.timings.append((size, seconds))
+        with self._idle:
+            self.committed_bytes += size
+            self._backlog_bytes -= size
+            batch._bytes_left -= size
 
     def _retrying(self, batch: FlushBatch, src: Path, dst: Path, attempt: Callable[[], None]) -> bool:
         """Run ``attempt`` (one file's copy), again after a transient error; a persistent one is

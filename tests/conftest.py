@@ -22,6 +22,8 @@ def pytest_configure(config):
     FUSE tests' modules load libfuse when imported); see tests/system_packages.py."""
     import system_packages
 
+    # what `sea probe` measures stays with the test session, not in the user's ~/.cache/sea
+    os.environ["SEA_CACHE"] = tempfile.mkdtemp(prefix="sea-test-cache-")
     problem = system_packages.install_missing()
     if problem is not None and system_packages.can_install():  # it tried, and failed
         pytest.exit(problem, returncode=4)

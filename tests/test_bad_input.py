@@ -306,7 +306,7 @@ def test_workflow_without_base_dir_runs_with_a_temporary_home(small_dataset, dis
     data, subjects = small_dataset
     wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
     wf.base_dir = None
-    with caplog.at_level(logging.WARNING, logger="nipype.workflow"):
+    with caplog.at_level(logging.WARNING, logger="sea"):
         run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
     assert sum("no base_dir" in r.getMessage() for r in caplog.records) == 1
     assert list((disk_dir / "out").rglob("*.nii.gz")), "the sinks delivered nothing"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 from sea import SeaConfig
 from sea.cli import config_reference
 
-DOCS = Path(__file__).parents[1] / "docs"
+ROOT = Path(__file__).parents[1]
+DOCS = ROOT / "docs"
 
 
 def sea(*args: str) -> subprocess.CompletedProcess:
@@ -36,16 +38,61 @@ def test_report_command(disk_dir):
     assert result.returncode == 2 and "no report at" in result.stderr
 
 
-def test_report_plot_draws_the_timeline(disk_dir, shm_dir):
+def test_every_run_keeps_its_report_and_sea_report_lists_them(disk_dir, shm_dir):
+    """A rerun that does nothing no longer hides the run that did the work: each run's report is
+    kept, ``sea report`` says how many and lists them, ``--run N`` shows one, ``--plot`` draws one."""
     from example_workflows.incrementation import build_workflow, make_chunks
 
     make_chunks(disk_dir / "data", 2, 1)
-    wf = build_workflow(disk_dir / "data", 2, 2, disk_dir / "work", disk_dir / "out")
-    wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+    for _ in range(2):
+        wf = build_workflow(disk_dir / "data", 2, 2, disk_dir / "work", disk_dir / "out")
+        wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+    work = str(disk_dir / "work")
+    latest = sea("report", work)
+    assert latest.returncode == 0 and "0 run" in latest.stdout.splitlines()[0] and "2 runs kept" in latest.stdout, latest.stdout
+    listed = sea("report", work, "--list").stdout.splitlines()
+    assert len(listed) == 2 and all("succeeded" in line for line in listed), listed
+    assert "8 run" in listed[0] and "0 run" in listed[1], listed  # oldest first: 2 chains x (select, 2 steps, a sink) ran, then nothing
+    first = sea("report", work, "--run", "1")
+    assert first.returncode == 0 and first.stdout.startswith("Sea run succeeded") and ", 8 run," in first.stdout.splitlines()[0], first.stdout
+    assert "--list` lists its 2 run(s)" in one_error_line(sea("report", work, "--run", "3"))
     png = disk_dir / "timeline.png"
-    result = sea("report", str(disk_dir / "work"), "--plot", str(png))
+    result = sea("report", work, "--run", "1", "--plot", str(png))
     assert result.returncode == 0, result.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    piped = subprocess.run(f"{sys.executable} -m sea.cli report {work} --json | head -1", shell=True, capture_output=True, text=True)
+    assert piped.stdout == "{\n" and piped.stderr == "", piped.stderr  # no BrokenPipeError when the reader stops
+
+
+def test_probe_says_what_is_wrong_in_one_line_and_when_it_reuses_figures(disk_dir, tmp_path):
+    assert "is not a directory" in one_error_line(sea("probe", str(disk_dir / "nowhere")))
+    assert "cannot write a test file there" in one_error_line(sea("probe", "/proc"))
+    first = sea("probe", str(disk_dir))
+    assert first.returncode == 0 and "MiB/s" in first.stdout and "measured earlier" not in first.stdout, first.stderr
+    again = sea("probe", str(disk_dir))
+    assert "measured earlier on this host; --fresh measures again" in again.stdout, again.stdout
+
+
+def test_the_suite_keeps_its_probe_figures_out_of_the_users_cache(disk_dir, tmp_path):
+    """``sea probe`` writes in ~/.cache/sea by default; the test session's own directory
+    ($SEA_CACHE, set by conftest) keeps the user's untouched."""
+    from sea.probe import cache_file
+
+    assert not cache_file().is_relative_to(Path.home()), cache_file()
+    env = {k: v for k, v in os.environ.items() if k not in ("SEA_CACHE", "XDG_CACHE_HOME")} | {"HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "sea.cli", "probe", str(disk_dir)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and (tmp_path / ".cache" / "sea" / "bandwidth.json").is_file(), done.stderr
+
+
+def test_the_demo_says_its_name_and_each_flag_with_its_default():
+    done = subprocess.run([sys.executable, "-m", "example_workflows.incrementation", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m example_workflows.incrementation"), done.stdout
+    flags = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  --")]
+    assert len(flags) >= 8, done.stdout
+    for flag in flags:
+        text = done.stdout.split(flag, 1)[1].split("\n  -", 1)[0]
+        assert len(text.split()) > 2, f"{flag} has no help text"
+    assert "(default: 4)" in done.stdout and "(default: sea-demo)" in done.stdout
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

@@ -37,7 +37,7 @@ def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, cap
     run(build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
     wf = build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
-    with caplog.at_level("WARNING", logger="nipype.workflow"):
+    with caplog.at_level("WARNING", logger="sea"):
         wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True}})
     assert any("prefetch is not done under SeaDask" in r.getMessage() for r in caplog.records), "no word that prefetch is off"
     assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")

@@ -71,6 +71,7 @@ COVERAGE = [
     ("test_report_listing_is_what_the_report_prints", "slurm.md", "text", r"\s*worker\s+nodes\s+local inputs"),
     ("test_console_session_prints_what_the_doc_shows", "performance.md", "console", r"\$ "),
     ("test_how_it_works_diagram_is_the_home_after_a_run", "how-it-works.md", "text", ""),
+    ("test_progress_capture_is_what_a_terminal_shows", "quickstart.md", "text", r"\[Sea\] "),
     ("test_the_documentation_builds_without_a_warning", "index.md", "{toctree}", ""),
 ]
 
@@ -126,7 +127,9 @@ def test_readme_demo_command_prints_the_report(tmp_path):
     args[args.index("--root") + 1] = str(tmp_path / "demo")
     result = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "Sea run succeeded" in result.stdout and "flushed home" in result.stdout
+    output = result.stdout + result.stderr
+    assert output.count("Sea run succeeded") == 1 and "flushed home" in output, output[-3000:]  # the report, once
+    assert "--plot" in output and "sea report " in result.stdout, "the end of a run says how to see the report again and plot it"
 
 
 def test_ci_runs_exactly_the_readme_test_command():
@@ -187,7 +190,8 @@ def test_docs_commands_run(block, tmp_path):
         result = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
         assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
         summary = r"^Sea run succeeded in " if plugin.startswith("Sea") else rf"^{plugin}: .* in [\d.]+ s"
-        assert re.search(summary, result.stdout, re.M), f"{line}: no {summary!r} in its output:\n{result.stdout[-3000:]}"
+        output = result.stdout + result.stderr  # Sea's report is logged (standard error), the example's summary printed
+        assert re.search(summary, output, re.M), f"{line}: no {summary!r} in its output:\n{output[-3000:]}"
 
 
 def normalized(line: str) -> str:
@@ -206,19 +210,20 @@ def assert_shows(expected: list[str], output: str, what: str) -> None:
 
 
 def test_console_session_prints_what_the_doc_shows(tmp_path):
-    """performance.md's ``sea plan`` session, run as shown in a fresh directory (its paths are
-    relative: sea-demo): ``python`` is this interpreter, ``sea`` is ``python -m sea.cli`` of this
+    """performance.md's ``sea plan`` session, run as shown in a fresh directory (its /tmp/sea-demo
+    made one of the test's own): ``python`` is this interpreter, ``sea`` is ``python -m sea.cli`` of this
     checkout. What the page shows after a command must be in its output, digits aside (sizes and
     times are measured). Tier discovery as on the machine the page shows (no $SLURM_TMPDIR, $TMPDIR or
     $SEA_CONFIG: /dev/shm); the bandwidth probe's cache in tmp_path, so it measures afresh."""
     block = one_block("test_console_session_prints_what_the_doc_shows", "console")
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_TMPDIR", "TMPDIR", "SEA_CONFIG")}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    demo = tmp_path / "sea-demo"  # the page's /tmp/sea-demo, the README's
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), SEA_CACHE=str(tmp_path / "cache"), SEA_DEMO_ROOT=str(demo))
     commands = re.split(r"^\$ ", block.text, flags=re.M)[1:]
     assert len(commands) == 2, block.text
     for command in commands:
         line, *shown = command.splitlines()
-        words = shlex.split(line, comments=True)
+        words = shlex.split(line.replace("/tmp/sea-demo", str(demo)), comments=True)
         program = {"python": [sys.executable], "sea": [sys.executable, "-m", "sea.cli"]}[words[0]]
         result = subprocess.run([*program, *words[1:]], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
         assert result.returncode == 0, f"{line}\n{result.stderr[-3000:]}"
@@ -439,7 +444,31 @@ def test_report_listing_is_what_the_report_prints():
     assert len(rows) == len(block.text.splitlines()) - 1, block.text
     workers = [WorkerReport(name, int(nodes), 1000, round(float(rate) * 10), parse_size(received)) for name, nodes, rate, received in rows]
     printed = RunReport(workers=workers).to_text().splitlines()
-    assert block.text.splitlines() == printed[-len(rows) - 1 :], "\n".join(printed)
+    start = next(i for i, line in enumerate(printed) if line.split()[:1] == ["worker"])
+    assert block.text.splitlines() == printed[start : start + len(rows) + 1], "\n".join(printed)
+
+
+# a progress line as Snapshot.line() writes it, after tqdm's "[Sea] " and bar
+PROGRESS_LINE = re.compile(
+    r"^\[Sea\] \S* *\d+/\d+\+? nodes( · running: [^·]+)?( · /\S+ [\d.]+ \w?i?B of [\d.]+ \w?i?B)*"
+    r"( · to home: [\d.]+ \w?i?B \(\d+ files\)( at \d+ MB/s)?)? · elapsed \w+( · ETA \w+)?\s*$"
+)
+
+
+def test_progress_capture_is_what_a_terminal_shows(tmp_path):
+    """quickstart.md's capture of the progress line: each of its lines has the form the demo run
+    in a pseudo-terminal (``script``) redraws, and that run redraws it in place (carriage returns)."""
+    block = one_block("test_progress_capture_is_what_a_terminal_shows", "text")
+    for line in block.text.strip().splitlines():
+        assert PROGRESS_LINE.match(line), f"the doc shows a line Sea does not write: {line!r}"
+    typescript = tmp_path / "typescript"
+    command = f"{sys.executable} -m example_workflows.incrementation --root {tmp_path / 'demo'} --chunks 3 --chunk-mib 8 --iterations 3"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250", "TERM": "xterm"}
+    done = subprocess.run(["script", "-qec", command, str(typescript)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:]
+    raw = typescript.read_bytes().decode(errors="replace")  # carriage returns as they are
+    redraws = [r.strip() for r in re.findall(r"(\[Sea\] [^\r\n]* \d+/\d+\+? nodes · [^\r\n]*)", raw)]
+    assert len(redraws) >= 2 and "\r[Sea] " in raw and all(PROGRESS_LINE.match(r) for r in redraws), redraws[:5]
 
 
 def test_how_it_works_diagram_is_the_home_after_a_run(tmp_path, shm_dir):

@@ -75,4 +75,18 @@ def test_sea_plan_on_the_example(disk_dir):
     )
     assert after.returncode == 0, after.stderr[-2000:]
     assert "20 nodes; sizes learned from the last run" in after.stdout
-    assert "increment_1" in after.stdout and "makespan, Sea:" in after.stdout
+    assert "increment_1" in after.stdout and "makespan, Sea (wakes when a node ends):" in after.stdout
+    # MultiProc's 2 s poll: 20 nodes on 2 processes take 10 rounds (its chains are 5 long)
+    assert "(of which 20.0 s its 2 s poll: execution.poll_sleep_duration)" in after.stdout, after.stdout
+
+
+def test_a_polling_plugin_waits_a_poll_per_round():
+    from sea.estimate import SizeEstimator
+    from sea.plan import make_plan
+
+    chain = WorkflowGraph.from_specs([NodeSpec("a"), NodeSpec("b", upstream=(("a", "x"),)), NodeSpec("c", upstream=(("b", "x"),))])
+    fast = TierModel("/dev/shm", 2**30, Bandwidth(2e9, 2e9))
+    plan = make_plan(chain, SizeEstimator(2**20), [fast], BUSY, 4, 0, learned=False, poll_seconds=2.0)
+    assert plan.shared.wait_seconds == 6.0 and plan.sea.wait_seconds == 0.0  # a chain of 3: three rounds
+    wide = WorkflowGraph.from_specs([NodeSpec(f"n{i}") for i in range(9)])
+    assert make_plan(wide, SizeEstimator(2**20), [fast], BUSY, 4, 0, learned=False, poll_seconds=2.0).shared.wait_seconds == 6.0  # 9 nodes, 4 a round

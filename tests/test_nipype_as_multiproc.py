@@ -75,7 +75,7 @@ def test_provenance_written(disk_dir, shm_dir, caplog):
     """execution.write_provenance: Workflow.run reads every node's result after the plugin returns."""
     wf, _, _ = chain(disk_dir / "work")
     wf.config["execution"]["write_provenance"] = True
-    with caplog.at_level(logging.WARNING, logger="nipype.workflow"):
+    with caplog.at_level(logging.WARNING, logger="sea"):
         run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
     assert list((disk_dir / "work").glob("workflow_provenance_*.provn"))
     assert sum("write_provenance" in r.getMessage() for r in caplog.records) == 1
@@ -85,7 +85,7 @@ def test_without_base_dir_a_temporary_home(shm_dir, caplog):
     """Nipype gives each node of a workflow without base_dir a temporary directory: Sea gives the
     workflow one temporary home, said once, kept after the run."""
     wf, _, _ = chain(None)
-    with caplog.at_level(logging.WARNING, logger="nipype.workflow"):
+    with caplog.at_level(logging.WARNING, logger="sea"):
         graph = run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
     said = [r.getMessage() for r in caplog.records if "no base_dir" in r.getMessage()]
     assert len(said) == 1

@@ -31,7 +31,7 @@ def test_loop_wakes_on_job_completion_not_on_poll(disk_dir, shm_dir):
 
 
 def test_depth_first_one_chain_finishes_before_the_last_starts(disk_dir, shm_dir, caplog):
-    caplog.set_level(logging.DEBUG, logger="nipype.workflow")
+    caplog.set_level(logging.DEBUG, logger="sea")
     n_chunks, iterations = 6, 4
     make_chunks(disk_dir / "data", n_chunks, 0.5)
     wf = build_workflow(disk_dir / "data", n_chunks, iterations, disk_dir / "work", disk_dir / "out")

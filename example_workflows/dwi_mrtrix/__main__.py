@@ -12,13 +12,13 @@ from .workflow import TOOLS, build_workflow
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m example_workflows.dwi_mrtrix", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--root", default="sea-dwi", help="directory for bids/, work/ and out/ (the 'shared filesystem')")
-    parser.add_argument("--subjects", type=int, default=2)
+    parser.add_argument("--subjects", type=int, default=2, help="synthetic subjects to make and process")
     parser.add_argument("--matrix", type=int, default=24, help="voxels along each axis")
     parser.add_argument("--directions", type=int, default=12, help="directions per shell (two shells)")
     parser.add_argument("--plugin", default="SeaMultiProc", help="SeaMultiProc, MultiProc, Linear, ...")
-    parser.add_argument("--n-procs", type=int, default=2)
+    parser.add_argument("--n-procs", type=int, default=2, help="nodes run at once")
     parser.add_argument("--tier", default=None, help="a node-local directory for Sea (default: discovered)")
     args = parser.parse_args(argv)
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
@@ -35,10 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     wf.run(plugin=args.plugin, plugin_args=plugin_args)
     print(f"{args.plugin}: {len(subjects)} subjects in {time.monotonic() - start:.1f} s; outputs in {root / 'out'}")
-    if args.plugin.startswith("Sea"):
-        from sea.report import RunReport
-
-        print(RunReport.from_json(root / "work" / "sea-report.json").to_text())
+    if args.plugin.startswith("Sea"):  # Sea logged its report above
+        print(f"the report again: sea report {root / 'work'}")
     return 0
 
 

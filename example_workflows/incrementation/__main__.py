@@ -10,14 +10,14 @@ from .workflow import build_workflow, make_chunks
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m example_workflows.incrementation", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--root", default="sea-demo", help="directory for data/, work/ and out/ (the 'shared filesystem')")
-    parser.add_argument("--chunks", type=int, default=4)
-    parser.add_argument("--chunk-mib", type=float, default=8)
-    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--chunks", type=int, default=4, help="input images (one chain of nodes each)")
+    parser.add_argument("--chunk-mib", type=float, default=8, help="size of each input image, MiB")
+    parser.add_argument("--iterations", type=int, default=3, help="increment steps per chain (each a node writing a new image)")
     parser.add_argument("--plugin", default="SeaMultiProc", help="SeaMultiProc, MultiProc, Linear, ... (Nipype); with --pydra: sea, cf, debug")
     parser.add_argument("--pydra", action="store_true", help="run the Pydra version (Pydra 1.0, Python >= 3.11)")
-    parser.add_argument("--n-procs", type=int, default=2)
+    parser.add_argument("--n-procs", type=int, default=2, help="nodes run at once")
     parser.add_argument("--sea", default=None, help="Sea config: a YAML file (default: $SEA_CONFIG, else discovered tiers)")
     parser.add_argument("--dask-address", default=None, help="with --plugin SeaDask: a running Dask scheduler (default: a local cluster of --n-procs workers)")
     args = parser.parse_args(argv)
@@ -36,10 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     wf.run(plugin=args.plugin, plugin_args=plugin_args)
     print(f"{args.plugin}: {args.chunks} chunks x {args.iterations} iterations in {time.monotonic() - start:.1f} s; outputs in {root / 'out'}")
-    if args.plugin.startswith("Sea"):
-        from sea.report import RunReport
-
-        print(RunReport.from_json(root / "work" / "sea-report.json").to_text())
+    if args.plugin.startswith("Sea"):  # Sea logged its report above
+        print(f"the report again: sea report {root / 'work'}")
     return 0
 
 
@@ -59,10 +57,8 @@ def run_pydra(args: argparse.Namespace, root: Path, chunks: list[Path]) -> int:
     print(f"Pydra {worker}: {args.chunks} chunks x {args.iterations} iterations in {time.monotonic() - start:.1f} s; outputs:")
     for path in result.outputs.out_files:
         print(f"  {path}")
-    if worker == "sea":
-        from sea.report import RunReport
-
-        print(RunReport.from_json(root / "pydra-cache" / "sea-report.json").to_text())
+    if worker == "sea":  # Sea logged its report above
+        print(f"the report again: sea report {root / 'pydra-cache'}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """``sea plan example_workflows.incrementation.plan:workflow``: the demo's workflow, not run.
 
-The sizes are those of ``python -m example_workflows.incrementation`` (root ``sea-demo``); set
+The sizes are those of ``python -m example_workflows.incrementation --root /tmp/sea-demo`` (the README's); set
 ``SEA_DEMO_ROOT`` to plan another root.
 """
 
@@ -13,7 +13,7 @@ from .workflow import build_workflow, make_chunks
 
 
 def workflow():
-    root = Path(os.environ.get("SEA_DEMO_ROOT", "sea-demo")).resolve()
+    root = Path(os.environ.get("SEA_DEMO_ROOT", "/tmp/sea-demo")).resolve()
     chunks, chunk_mib, iterations = 4, 8, 3
     make_chunks(root / "data", chunks, chunk_mib)
     return build_workflow(root / "data", chunks, iterations, root / "work", root / "out")
