@@ -160,9 +160,9 @@ class Progress:
             self._redirect = logging_redirect_tqdm(loggers=_console_loggers())  # log lines above the bar
             self._redirect.__enter__()
             bar = weakref.ref(self._bar)
-            # a worker process forked now (MultiProc's) logs through the same handlers: its copy
-            # of the line must not be drawn again there, stale, under each of its log lines
-            os.register_at_fork(after_in_child=lambda: setattr(bar(), "disable", True) if bar() is not None else None)
+            # a worker process forked now (MultiProc's) logs through the same handlers: each of
+            # its lines clears the line first, as here, but its copy is never drawn again, stale
+            os.register_at_fork(after_in_child=lambda: _forked(bar()))
         self._thread = threading.Thread(target=self._run, name="sea-progress", daemon=True)
         self._thread.start()
         return self
@@ -200,6 +200,17 @@ def _is_terminal(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def _forked(bar) -> None:
+    """In a forked worker: its log lines wipe the terminal's line whole, and never draw it again."""
+    if bar is None:
+        return
+
+    def wipe(*args, **kwargs) -> None:
+        bar.fp.write("\r\x1b[K")
+
+    bar.clear, bar.refresh = wipe, lambda *args, **kwargs: None
 
 
 def _width(stream) -> int:

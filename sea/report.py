@@ -36,6 +36,11 @@ class TierReport:
     nodes_placed: int
     spills: int
     bytes_evicted: int
+    machine: str = ""  # the worker it belongs to, in a run over several machines (their paths may be the same)
+
+    @property
+    def where(self) -> str:
+        return f"{self.machine}:{self.path}" if self.machine else self.path
 
 
 @dataclass
@@ -150,7 +155,7 @@ class RunReport:
         ]
         for t in self.tiers:
             lines.append(
-                f"  {ellipsis(t.path, 34):<34} {format_size(t.peak_bytes):>10} {format_size(t.bytes_written):>10} "
+                f"  {ellipsis(t.where, 34):<34} {format_size(t.peak_bytes):>10} {format_size(t.bytes_written):>10} "
                 f"{format_size(t.bytes_evicted):>10} {t.nodes_placed:>6} {t.spills:>6}"
             )
         if self.subnodes:
@@ -250,7 +255,7 @@ def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
     merged = RunReport()
     reports = []
     for worker, report in parts:
-        report = replace(report, tiers=[t if t.name.startswith("home:") else replace(t, name=f"{worker}:{t.name}", path=f"{worker}:{t.path}") for t in report.tiers])
+        report = replace(report, tiers=[t if t.name.startswith("home:") else replace(t, name=f"{worker}:{t.name}", machine=worker) for t in report.tiers])
         reports.append(report)
         merged.started_at = min(merged.started_at or report.started_at, report.started_at or merged.started_at)
         for name in _SUMMED:
