@@ -26,6 +26,7 @@ from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.lock import RunLock
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
+from sea.progress import Progress, Snapshot
 from sea.report import RunReport, announce, merge_reports
 
 from . import _nipype_internals as nx_
@@ -129,8 +130,9 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
             self._address = self._workers_now()
             self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
-            self._checked = time.monotonic()
+            self._checked = self._started = time.monotonic()
             success = False
+            progress = Progress(self._progress_snapshot, config_.progress, logger).start()  # the workers' engines show none
             stop = StopSignals().install(stop=self.stop_request)  # SIGTERM (a batch system's) as Ctrl-C
             try:
                 result = super().run(graph, config, updatehash=updatehash)
@@ -145,6 +147,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
                     outcomes = client.run(close_run, success, interrupted)
                 finally:
                     stop.restore()
+                    progress.stop()
                 self.report = merge_reports([(o["worker"], o["report"]) for o in outcomes.values()], self.planner.rows.values())
                 self.report.nodes_recomputed = self.planner.recomputed
                 self.report.success = success and not any(o["flush_error"] for o in outcomes.values())
@@ -153,6 +156,12 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
                 errors = [o["flush_error"] for o in outcomes.values() if o["flush_error"]]
                 if errors and success:
                     raise SeaFlushError(errors[0])
+
+    def _progress_snapshot(self) -> Snapshot:
+        """What the driver knows: nodes done of the total and those running, by worker (the tiers
+        are the workers'; each worker's figures are in the report)."""
+        running = [f"{key}@{self.planner.worker_of(key)}" for key, _ in list(self._futures.values())]
+        return Snapshot(time.monotonic() - self._started, len(self.planner.done), len(self.planner.graph), False, running)
 
     # ------------------------------------------------------------------ workers coming and going
     def _workers_now(self) -> dict[str, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -35,6 +36,7 @@ from sea.engine import sweep_partial_copies
 from sea.journal import Journal
 from sea.locality import WorkerRow
 from sea.lock import RunLock
+from sea.progress import Progress, Snapshot
 from sea.report import RunReport, announce, combine_tiers, merge_reports
 from sea.tiers import StorageHierarchy
 
@@ -116,6 +118,10 @@ class DaskRun:
     jobs_in_home: int = 0  # task jobs of the workflow the client expands
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _ids: count = field(default_factory=count)
+    _running: dict = field(default_factory=dict)  # Dask key -> the job's name, while on a worker
+    _done: int = 0
+    _started: float = field(default_factory=time.monotonic)
+    _progress: Progress | None = None
 
     def __enter__(self) -> DaskRun:
         lock = self._stack.enter_context(RunLock.acquire(self.home))  # one run per home
@@ -125,6 +131,8 @@ class DaskRun:
             sweep_partial_copies(WorkflowGraph(), self.home, logger)  # before any worker flushes
             self.client = self._stack.enter_context(self.options.client())
             self.client.run(check_storage, self.sea, str(self.home))
+            self._progress = Progress(self._progress_snapshot, self.sea.progress, logger).start()  # the workers' engines show none
+            self._stack.callback(self._progress.stop)
         except BaseException:
             self._stack.close()
             raise
@@ -132,15 +140,23 @@ class DaskRun:
 
     def __exit__(self, kind, error, traceback) -> None:
         try:
+            self._progress.stop()  # the report follows
             self._write_report(success=kind is None)
         finally:
             self._stack.close()
+
+    def _progress_snapshot(self) -> Snapshot:
+        """Jobs done and those on a worker (the total grows as Pydra expands the workflow)."""
+        running = list(self._running.values())
+        return Snapshot(time.monotonic() - self._started, self._done, self._done + len(running), True, running)
 
     async def run(self, function, job, *args) -> Any:
         """``function(pickled job, *args)`` on a worker; its result once it is back."""
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
-        future = self.client.submit(function, cp.dumps(job), *args, pure=False, key=f"sea-{job.name}-{next(self._ids)}")
+        key = f"sea-{job.name}-{next(self._ids)}"
+        future = self.client.submit(function, cp.dumps(job), *args, pure=False, key=key)
+        self._running[key] = job.name
 
         def settle(done) -> None:  # in Dask's callback thread: fetch at once, then hand it to the loop
             try:
@@ -150,7 +166,11 @@ class DaskRun:
             loop.call_soon_threadsafe(_set, outcome, value, failure)
 
         future.add_done_callback(settle)
-        value = await outcome
+        try:
+            value = await outcome
+        finally:
+            self._running.pop(key, None)
+            self._done += 1
         self._count(value)
         return value["result"]
 

@@ -8,6 +8,7 @@ renames or removes under any tier)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -30,16 +31,23 @@ def seadask(address: str, **dask) -> dict:
     return {"dask": {"address": address, **dask}, "sea": SEA}
 
 
-def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, caplog):
-    """Prefetch, which SeaDask does not do yet, is asked for: the run says so and goes on."""
+def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, caplog, monkeypatch):
+    """Prefetch, which SeaDask does not do yet, is asked for: the run says so and goes on. The
+    driver shows the run's progress: nodes done of the total, and the running ones by worker."""
+    import sea.progress
+
+    monkeypatch.setattr(sea.progress, "EVERY", 0.1)
     address, tiers, client = cluster
     chunks = make_chunks(disk_dir / "data", 6, 1.0)
     run(build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
     wf = build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
-    with caplog.at_level("WARNING", logger="sea"):
-        wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True}})
+    with caplog.at_level("INFO", logger="sea"):
+        wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True, "progress": "lines"}})
     assert any("prefetch is not done under SeaDask" in r.getMessage() for r in caplog.records), "no word that prefetch is off"
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Sea] progress: ")]
+    assert progress and all(re.search(r" \d+/36 nodes · ", line) for line in progress), progress
+    assert any(re.search(r"running: \S+@\w+", line) for line in progress), progress
     assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     assert report.success and len(report.workers) == 3, report.to_text()

@@ -48,9 +48,9 @@ def test_nipype_derivatives_identical_under_sea_with_and_without_prefetch(disk_d
         assert tree_files(disk_dir / f"derivatives-{tag}") == reference, f"{tag} differs from MultiProc"
         report = RunReport.from_json(disk_dir / f"work-{tag}" / "sea-report.json")
         assert report.success and report.nodes_run == 14 * len(subjects), report.to_text()  # 8 steps, SelectFiles, 5 sinks
-        # the derivatives, Sea's journal, history and report, and the checkpoints: no other node directory
+        # the derivatives, Sea's journal, history, report and the run's own copy of it, and the checkpoints: no other node directory
         # (and the files of a checkpoint the run's end cut short, copied home and removed)
-        home_files = 5 * len(subjects) + 3 + report.checkpoint_files + report.checkpoint_files_dropped
+        home_files = 5 * len(subjects) + 4 + report.checkpoint_files + report.checkpoint_files_dropped
         assert report.files_created_home <= home_files, report.to_text()
     prefetched = RunReport.from_json(disk_dir / "work-prefetch" / "sea-report.json")
     # each run and its sidecar, and the atlas every subject's parcels node reads; the sinks only name the run

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import re
 import signal
 import threading
 import time
@@ -45,14 +46,20 @@ def _assert_same(ours, theirs, home) -> None:
         assert filecmp.cmp(mine, ref, shallow=False), f"{mine} differs from cf's {ref}"
 
 
-def test_each_subject_runs_whole_on_one_worker_and_matches_cf(cluster, tmp_path):
+def test_each_subject_runs_whole_on_one_worker_and_matches_cf(cluster, tmp_path, caplog, monkeypatch):
+    """... and the client shows the run's progress: jobs done, those on a worker (a total that grows)."""
+    import sea.progress
+
+    monkeypatch.setattr(sea.progress, "EVERY", 0.1)
     address, tiers, client = cluster
     images = make_images(tmp_path / "data", 6, seed=71)
     theirs = _reference(tmp_path, images)
     home = tmp_path / "home"
-    with Submitter(worker="sea", cache_root=home, sea=SEA, dask={"address": address}) as sub:
+    with caplog.at_level("INFO", logger="sea"), Submitter(worker="sea", cache_root=home, sea={**SEA, "progress": "lines"}, dask={"address": address}) as sub:
         ours = sub(Study(in_files=images))
     _assert_same(ours, theirs, home)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Sea] progress: ")]
+    assert progress and all(re.search(r" \d+/\d+\+ nodes · ", line) for line in progress), progress
     report = RunReport.from_json(home / "sea-report.json")
     print(report.to_text())
     assert report.success and report.nodes_run == 6 * 3 + 1, report.to_text()  # 6 x (scale, smooth, copy) + mean
