@@ -97,3 +97,19 @@ def test_many_files_benchmark_smoke_runs_with_its_target(tmp_path):
     assert "## unloaded shared filesystem, many_files" in text and "500 text files" in text, text
     assert "| C within 1.05x of A (a DataSink of many small files; issue 16) |" in text and "all identical" in text, text
     assert "10x fewer files" not in text, "the files are the outputs: that target does not apply"
+
+
+def test_scaling_benchmark_smoke_times_every_plugin(tmp_path):
+    """benchmarks.scaling (issue 19's fan-out/fan-in of N trivial nodes) at its smoke size: every
+    plugin runs at both N and the table gives seconds, ms per node and the ratio between sizes."""
+    from benchmarks.scaling import PLUGINS
+
+    command = [sys.executable, "-m", "benchmarks.scaling", "--size", "smoke", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = (tmp_path / "scaling-smoke.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| 20 |") or line.startswith("| 60 |")]
+    assert len(rows) == 2 and all("–" not in row for row in rows), text
+    assert all(f"{plugin} (s)" in text and f"- {plugin}: 60/20: " in text for plugin in PLUGINS), text
+    records = json.loads((tmp_path / "scaling-smoke.json").read_text())["records"]
+    assert {(r["plugin"], r["n"]) for r in records} == {(p, n) for p in PLUGINS for n in (20, 60)}

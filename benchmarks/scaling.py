@@ -1,0 +1,168 @@
+"""How the scheduler's cost grows with the graph: a fan-out/fan-in of N trivial nodes, side by side.
+
+``python -m benchmarks.scaling --size smoke|full [--plugins MultiProc,SeaMultiProc,cf,sea]
+[--cap 600] [--out benchmarks/results]``
+
+The workload is issue 19's: N iterable Function nodes that each double a number, joined by one
+JoinNode (Nipype); for Pydra, one task split over N values and combined, then a total. Nodes do
+no I/O to speak of, so the time is the plugin's own: the scheduling loop, hashing, bookkeeping.
+n_procs 2, Sea's tier /dev/shm, MultiProc with the tuned 0.05 s poll. Each run is a fresh process
+in fresh directories, timed around ``workflow.run`` / the Submitter call. A plugin that took more
+than ``--cap`` seconds at one N is not run at larger ones. Results: ``<out>/scaling-<size>.md``
+and ``.json``, with ms per node and each size's time over the previous size's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from benchmarks.run import REPO_ROOT, describe_machine
+
+SIZES = {"smoke": (20, 60), "part": (200, 1000, 2000), "full": (200, 1000, 2000, 5000, 20000)}
+PLUGINS = ("MultiProc", "SeaMultiProc", "cf", "sea")  # Nipype's two, then Pydra's two workers
+TIER = "/dev/shm"
+
+
+def double(i: int) -> int:
+    return 2 * i
+
+
+def total(values: list) -> int:
+    return sum(values)
+
+
+def nipype_fan(n: int, base: Path):
+    from nipype import Function, IdentityInterface, JoinNode, Node, Workflow
+
+    wf = Workflow(name="scaling", base_dir=str(base))
+    source = Node(IdentityInterface(fields=["i"]), name="source")
+    source.iterables = ("i", list(range(n)))
+    work = Node(Function(input_names=["i"], output_names=["o"], function=double), name="double")
+    join = JoinNode(Function(input_names=["values"], output_names=["total"], function=total), joinsource="source", joinfield=["values"], name="total")
+    wf.connect([(source, work, [("i", "i")]), (work, join, [("o", "values")])])
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    return wf
+
+
+def pydra_fan(n: int):
+    from pydra.compose import python, workflow
+
+    @python.define(outputs=["out"])
+    def Double(i: int) -> int:
+        return 2 * i
+
+    @python.define(outputs=["out"])
+    def Total(values: list[int]) -> int:
+        return sum(values)
+
+    @workflow.define(outputs=["total"])
+    def Fan(values: list[int]) -> int:
+        doubled = workflow.add(Double().split(i=values).combine("i"), name="double")
+        return workflow.add(Total(values=doubled.out), name="total").out
+
+    return Fan(values=list(range(n)))
+
+
+def one_run(plugin: str, n: int, root: Path) -> dict:
+    """In the worker process: build, run, time."""
+    if plugin in ("MultiProc", "SeaMultiProc"):
+        wf = nipype_fan(n, root / "work")
+        args = {"n_procs": 2, **({"sea": {"tiers": [{"path": TIER}], "progress": "off"}} if plugin == "SeaMultiProc" else {})}
+        start = time.perf_counter()
+        graph = wf.run(plugin=plugin, plugin_args=args)
+        seconds = time.perf_counter() - start
+        return {"seconds": seconds, "nodes": graph.number_of_nodes()}
+    from pydra.engine.submitter import Submitter
+
+    options = {"sea": {"tiers": [{"path": TIER}], "progress": "off"}} if plugin == "sea" else {}
+    start = time.perf_counter()
+    with Submitter(worker=plugin, cache_root=root / "cache", n_procs=2, **options) as submitter:
+        result = submitter(pydra_fan(n))
+    seconds = time.perf_counter() - start
+    if result.errored or result.outputs.total != n * (n - 1):
+        raise RuntimeError(f"{plugin} at N={n}: wrong result")
+    return {"seconds": seconds, "nodes": n + 1}
+
+
+def measure(plugin: str, n: int, cap: float) -> dict:
+    """One run in a fresh process and fresh directories; ``None`` seconds past ``cap``."""
+    with tempfile.TemporaryDirectory(prefix="sea-scaling-", dir="/var/tmp") as root:
+        code = f"import json; from benchmarks.scaling import one_run; from pathlib import Path; print(json.dumps(one_run({plugin!r}, {n}, Path({root!r}))))"
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT, timeout=cap + 60)
+        except subprocess.TimeoutExpired:
+            return {"plugin": plugin, "n": n, "seconds": None, "nodes": None}
+        if done.returncode != 0:
+            raise RuntimeError(f"{plugin} at N={n} failed:\n{done.stderr[-3000:]}")
+        return {"plugin": plugin, "n": n, **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def run_all(sizes: tuple[int, ...], plugins: list[str], cap: float) -> list[dict]:
+    records = []
+    for plugin in plugins:
+        for n in sizes:
+            record = measure(plugin, n, cap)
+            records.append(record)
+            shown = f"{record['seconds']:.2f} s" if record["seconds"] is not None else f"over {cap:.0f} s"
+            print(f"{plugin:>13} N={n:<6} {shown}", flush=True)
+            if record["seconds"] is None or record["seconds"] > cap:
+                break  # larger graphs would only take longer
+    return records
+
+
+def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
+    sizes = sorted({r["n"] for r in records})
+    by = {(r["plugin"], r["n"]): r for r in records}
+    plugins = [p for p in PLUGINS if any(r["plugin"] == p for r in records)]
+    lines = [
+        f"# Scheduler scaling, {size}: a fan-out/fan-in of N trivial nodes, n_procs 2, Sea's tier {TIER}",
+        "",
+        f"One run per cell, each in a fresh process. Machine: {machine.nproc} cores, kernel {machine.kernel}, Python {machine.python}, "
+        f"nipype {machine.nipype}, commit {machine.repo_commit}, {machine.date}. A plugin over {cap:.0f} s at one N is not run at larger ones.",
+        "",
+        "| N | " + " | ".join(f"{p} (s)" for p in plugins) + " | " + " | ".join(f"{p} ms/node" for p in plugins) + " |",
+        "|--:|" + "--:|" * (2 * len(plugins)),
+    ]
+    for n in sizes:
+        cells = [by.get((p, n)) for p in plugins]
+        seconds = [f"{c['seconds']:.2f}" if c and c["seconds"] is not None else "–" for c in cells]
+        per_node = [f"{1000 * c['seconds'] / c['nodes']:.1f}" if c and c["seconds"] is not None else "–" for c in cells]
+        lines.append(f"| {n:,} | " + " | ".join(seconds) + " | " + " | ".join(per_node) + " |")
+    lines += ["", "Time at each N over the time at the previous N (linear is the ratio of the N's):", ""]
+    for p in plugins:
+        done = [(n, by[(p, n)]["seconds"]) for n in sizes if (p, n) in by and by[(p, n)]["seconds"] is not None]
+        ratios = [f"{b[0]}/{a[0]}: {b[1] / a[1]:.2f} (linear {b[0] / a[0]:.1f})" for a, b in zip(done, done[1:], strict=False)]
+        lines.append(f"- {p}: " + ("; ".join(ratios) if ratios else "one size only"))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: N = 20, 60; part: 200 to 2,000; full: 200 to 20,000")
+    parser.add_argument("--plugins", default=",".join(PLUGINS), help="comma-separated, of " + ", ".join(PLUGINS))
+    parser.add_argument("--cap", type=float, default=600.0, help="seconds after which a plugin is not run at larger N")
+    parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results"), help="directory for scaling-<size>.md and .json")
+    args = parser.parse_args(argv)
+    plugins = [p for p in args.plugins.split(",") if p]
+    unknown = [p for p in plugins if p not in PLUGINS]
+    if unknown:
+        parser.error(f"unknown plugin(s) {', '.join(unknown)}; choose among {', '.join(PLUGINS)}")
+    machine = describe_machine()
+    records = run_all(SIZES[args.size], plugins, args.cap)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"scaling-{args.size}.json").write_text(json.dumps({"machine": asdict(machine), "records": records}, indent=1) + "\n")
+    (out / f"scaling-{args.size}.md").write_text(render_markdown(args.size, records, machine, args.cap))
+    print(f"results: {out / f'scaling-{args.size}.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
