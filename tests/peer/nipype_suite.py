@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     paths = SMOKE if args.smoke else [COPY]
     plugins = ("MultiProc", "SeaMultiProc") if args.smoke else ("", "MultiProc", "SeaMultiProc")
     # MultiProc itself can spin on a test (test_parameterize_dirs_false, two nodes in one directory
-    # at once, spun until its timeout on a CI run, 60 s of a 81 s smoke): the smoke's tests take a
-    # few seconds each, so each gets 30 s
+    # at once, spun until its timeout on a CI run; one CI smoke took 81 s against 21-31 s in others,
+    # cause not seen): the smoke's tests take a few seconds each, so each gets 30 s
     timeout = 30 if args.smoke else 300
     results = {plugin: run(dest, paths, plugin, args.pytest_args, timeout=timeout) for plugin in plugins}
     sea, multiproc = results["SeaMultiProc"], results["MultiProc"]
