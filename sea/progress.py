@@ -168,7 +168,7 @@ class Progress:
         return self
 
     def stop(self) -> None:
-        """Stop showing; a plain run ends with one last line (the report follows)."""
+        """Stop showing (the report follows); a terminal's line is wiped."""
         if self._thread is None:
             return
         self._stop.set()
@@ -181,9 +181,15 @@ class Progress:
 
     def _run(self) -> None:
         if self._bar is not None:  # a terminal's line is there from the start
-            self._show(self._snapshot())
+            self._tick()
         while not self._stop.wait(self._every):
+            self._tick()
+
+    def _tick(self) -> None:
+        try:
             self._show(self._snapshot())
+        except Exception:  # noqa: BLE001 - showing progress must never harm the run
+            self._log.debug("[Sea] progress not shown", exc_info=True)
 
     def _show(self, snap: Snapshot) -> None:
         if self._bar is None:
