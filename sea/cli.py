@@ -21,7 +21,7 @@ from .model import Bandwidth, TierModel
 from .plan import Plan, describe, load_target, make_plan
 from .plot import plot_timeline
 from .probe import cache_file as probe_cache
-from .probe import cached_probe, remembered
+from .probe import cached_probe, probe_or_recall
 from .recover import kept_directories, recover
 from .report import RunReport, runs
 from .resume import CACHE_CHECK, CHANGED, EVICTED, plan_rerun
@@ -93,14 +93,11 @@ def _command(args: argparse.Namespace) -> int:
 def _probe(path: Path, fresh: bool) -> str:
     if not path.is_dir():
         raise SeaConfigError(f"{path} is not a directory: give a directory on the storage to measure (a tier, the shared filesystem)")
-    known = None if fresh else remembered(path)
-    if known is not None:
-        bw, said = known, f" (measured earlier on this host; --fresh measures again; figures kept in {probe_cache()})"
-    else:
-        try:
-            bw, said = cached_probe(path, fresh=True), ""
-        except OSError as exc:
-            raise SeaConfigError(f"{path}: cannot write a test file there ({exc.strerror or exc}); give a directory you can write to") from None
+    try:
+        bw, recalled = probe_or_recall(path, fresh)
+    except OSError as exc:
+        raise SeaConfigError(f"{path}: cannot write a test file there ({exc.strerror or exc}); give a directory you can write to") from None
+    said = f" (measured earlier on this host; --fresh measures again; figures kept in {probe_cache()})" if recalled else ""
     return f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s{said}"
 
 

@@ -57,6 +57,12 @@ class Checkpoints(str, enum.Enum):
     ALL = "all"  # every one (keep_intermediates: true): reruns as under the engine's own plugin
 
 
+CAPACITY_DOC = (
+    "a size ('4GiB'; a one-letter unit is binary, as in SLURM's --tmp=4G: '4G' is 4GiB, '4GB' is "
+    "4*10^9 bytes) or a share of its filesystem ('80%'); a number without a unit is refused"
+)
+
+
 @dataclass(frozen=True)
 class TierSpec:
     """One storage tier as the user wrote it (${VAR} are expanded, and the path checked, where the tiers are made)."""
@@ -64,7 +70,7 @@ class TierSpec:
     path: str = field(metadata={"doc": "directory on node-local storage; must exist; ${VAR} expanded on the machine that uses it"})
     capacity: str | None = field(
         default=None,
-        metadata={"doc": "cap on top of the real free space: a size ('4GiB'; a one-letter unit is binary, as SLURM's --tmp=4G: '4G' is 4GiB, '4GB' is 4*10^9 bytes) or a share of the filesystem ('80%'); a number without a unit is refused"},
+        metadata={"doc": "cap on top of the real free space: " + CAPACITY_DOC},
     )
 
 
@@ -135,9 +141,7 @@ class SeaConfig:
             "filesystem) is the last tier, implicit. Without this key Sea uses $SLURM_TMPDIR, then $TMPDIR, "
             "then /dev/shm, skipping any on the home's filesystem. Sea works in a private (0700) subdirectory "
             "it creates in each. A tier has a path (~ and ${VARS} expanded; one that does not exist is refused, "
-            "never skipped) and an optional capacity: a size ('4GiB'; a one-letter unit is binary, as in SLURM's "
-            "--tmp=4G: '4G' is 4GiB, '4GB' is 4*10^9 bytes) or a share of its filesystem ('80%'); a number "
-            "without a unit is refused.",
+            "never skipped) and an optional capacity, a cap on top of its free space: " + CAPACITY_DOC + ".",
             [{"path": "/dev/shm", "capacity": "4GiB"}, {"path": "${SLURM_TMPDIR}/sea"}],
         ),
     )

@@ -47,8 +47,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from .checkpoint import CheckpointPolicy, CopyCost
 from .config import Checkpoints, Mode, Rule, SeaConfig, SeaConfigError
 from .console import SeaError
@@ -131,13 +129,6 @@ class _Node:
     replica: bool = False  # a copy of a directory made on another machine, for consumers here
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
-
-
-def _filesystem_size(path: Path) -> int | None:
-    try:
-        return psutil.disk_usage(str(path)).total
-    except OSError:  # the tier went: the run says so elsewhere
-        return None
 
 
 def sweep_partial_copies(graph: WorkflowGraph, home: Path, log: logging.Logger) -> None:
@@ -1062,9 +1053,9 @@ class SeaEngine:
             elapsed = now - self._start
             done = self.report.nodes_run + self.report.nodes_cached + self.report.nodes_failed
             running = list(self._running.values())
-            tiers = [(t.root, t.used, t.capacity) for t in self.hierarchy.fast_tiers]
+            held = [(t, t.used) for t in self.hierarchy.fast_tiers]
             eta = self._work_left.eta(elapsed)
-        tiers = [(str(root), used, capacity or _filesystem_size(root)) for root, used, capacity in tiers]
+        tiers = [(str(t.root), used, t.room_in_all()) for t, used in held]  # a statfs each: outside the lock
         backlog_bytes, backlog_files = self.stager.backlog
         rate = self._copy_rate(now, self.stager.committed_bytes)
         if rate and backlog_bytes:  # the run ends when its outputs are home

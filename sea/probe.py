@@ -67,10 +67,15 @@ def _read_cache() -> dict:
 
 def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20) -> Bandwidth:
     """:func:`probe`, remembered per host and directory."""
+    return probe_or_recall(directory, fresh, nbytes)[0]
+
+
+def probe_or_recall(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20) -> tuple[Bandwidth, bool]:
+    """:func:`cached_probe`, and whether the figures are remembered ones (not measured now)."""
     host, key = socket.gethostname(), str(Path(directory).resolve())
     known = None if fresh else remembered(directory)
     if known is not None:
-        return known
+        return known, True
     cache = _read_cache()
     measured = probe(Path(directory), nbytes)
     cache.setdefault(host, {})[key] = {"read": measured.read, "write": measured.write, "at": time.time()}
@@ -79,4 +84,4 @@ def cached_probe(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**20)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(cache, indent=1))
     os.replace(tmp, path)
-    return measured
+    return measured, False

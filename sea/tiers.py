@@ -59,6 +59,16 @@ class Tier:
     def free_space(self) -> int:
         return psutil.disk_usage(str(self.root)).free
 
+    def room_in_all(self) -> int | None:
+        """What the tier may hold at most: its capacity, else its filesystem's size (``None`` if
+        the tier is gone: the run says so elsewhere)."""
+        if self.capacity is not None:
+            return self.capacity
+        try:
+            return psutil.disk_usage(str(self.root)).total
+        except OSError:
+            return None
+
     def room(self) -> int:
         """Bytes a new node may still claim here."""
         if self.is_home:
