@@ -101,6 +101,13 @@ def _probe(path: Path, fresh: bool) -> str:
     return f"{path}: read {bw.read / 2**20:.0f} MiB/s, write {bw.write / 2**20:.0f} MiB/s{said}"
 
 
+def _read_report(path: Path) -> RunReport:
+    try:
+        return RunReport.from_json(path)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise SeaConfigError(f"{path} is not a Sea run report ({type(exc).__name__}: {exc}); give the sea-report.json of a run, or its base_dir") from None
+
+
 def _report(args: argparse.Namespace) -> int:
     path = Path(args.path)
     kept = runs(path) if path.is_dir() else []
@@ -108,7 +115,7 @@ def _report(args: argparse.Namespace) -> int:
         if not kept:
             raise SeaConfigError(f"no run reports kept in {path}: give the base_dir (or cache_root) of a run of Sea")
         for i, run in enumerate(kept, 1):
-            print(f"{i:>3}  {RunReport.from_json(run).one_line()}")
+            print(f"{i:>3}  {_read_report(run).one_line()}")
         return 0
     if args.run is not None:
         if not kept or not (1 <= args.run <= len(kept) or -len(kept) <= args.run <= -1):
@@ -118,7 +125,7 @@ def _report(args: argparse.Namespace) -> int:
         path = path / "sea-report.json" if (path / "sea-report.json").is_file() or not kept else kept[-1]
     if not path.is_file():
         raise SeaConfigError(f"no report at {path}: give the sea-report.json of a run, or its base_dir")
-    report = RunReport.from_json(path)
+    report = _read_report(path)
     print(path.read_text() if args.json else report.to_text())
     if len(kept) > 1 and not args.json and args.run is None:
         print(f"({len(kept)} runs kept in {args.path}: `sea report {args.path} --list` lists them, `--run N` shows one)")

@@ -36,6 +36,10 @@ def test_check_with_home_lists_tiers(disk_dir, shm_dir):
 def test_report_command(disk_dir):
     result = sea("report", str(disk_dir))
     assert result.returncode == 2 and "no report at" in result.stderr
+    (disk_dir / "sea-report.json").write_text('{"nodes_total": 3, "tiers": [{"name": "x"}]')  # cut short
+    assert "is not a Sea run report" in one_error_line(sea("report", str(disk_dir)))
+    (disk_dir / "sea-report.json").write_text('{"nodes_total": 3, "tiers": [{"name": "x"}]}')  # not a tier row
+    assert "is not a Sea run report" in one_error_line(sea("report", str(disk_dir)))
 
 
 def test_every_run_keeps_its_report_and_sea_report_lists_them(disk_dir, shm_dir):
