@@ -590,12 +590,12 @@ def nipype_overhead_workflow(home: Path, groups: int, per_group: int, length: in
     return wf
 
 
-OWN_METHODS = ("order_ready_jobs", "_submit_job", "_collect", "_get_result", "before_submitting", "_clear_task")
+OWN_METHODS = ("make_ready", "_submit_job", "_collect", "_get_result", "before_submitting", "_clear_task")
 
 
 def timed_plugin(base, fake: FakeClient):
     """``base`` with its run split in phases: before the first submission (graph translation,
-    planner, plugin registration, and Nipype's dependency matrix), the adapter's own methods
+    planner, plugin registration, and the jobs' dependency counts), the adapter's own methods
     (``OWN_METHODS``, outermost calls only, time in ``fake`` taken out), and after Nipype's loop
     (reports). Nipype's loop is the rest."""
 
@@ -616,10 +616,10 @@ def timed_plugin(base, fake: FakeClient):
                     "fake_client": fake.seconds - fake_before,
                 }
 
-        def _send_procs_to_workers(self, *args, **kwargs):
+        def _start_ready(self, *args, **kwargs):
             if self._first is None:
                 self._first = time.perf_counter()
-            return super()._send_procs_to_workers(*args, **kwargs)
+            return super()._start_ready(*args, **kwargs)
 
         def _postrun_check(self):
             self._loop_end = time.perf_counter()
@@ -821,10 +821,10 @@ def render_markdown(
         "chains of 5 Function nodes, the iterable nodes, one JoinNode per group), 3 workers, with `FakeClient` in place of "
         "`distributed.Client`: a task ends as soon as it is submitted, after its function and arguments were pickled with "
         "cloudpickle as the real client would; no node runs. `plugin.run()` is timed in phases: *before the loop* (SeaDask: "
-        "node specs, graph, planner, NodeStorage registration; both: Nipype's dependency matrix), *own methods* (the plugin's "
+        "node specs, graph, planner, NodeStorage registration; both: the jobs' dependency counts), *own methods* (the plugin's "
         f"{', '.join(f'`{m}`' for m in OWN_METHODS)}, the fake client's time taken out), *after the loop* (SeaDask: merged "
-        "report), the fake client's pickling, and the rest, Nipype's own loop (`DistributedPluginBase.run`, `EventedTaskLoop`'s "
-        "rounds, the deep copy of each node). Nipype's INFO log is off for both; D and SD alternate. Medians over repetitions.",
+        "report), the fake client's pickling, and the rest, the loop (`EventedTaskLoop`'s "
+        "rounds over Nipype's plugin contract, the deep copy of each node). Nipype's INFO log is off for both; D and SD alternate. Medians over repetitions.",
         "",
         "| plugin | nodes | plugin.run (s): each rep | ms per node, total | before the loop | own methods | after the loop | pickling (fake client) | Nipype's loop | Nipype's graph expansion before plugin.run (s) |",
         "|---|---|---|---|---|---|---|---|---|---|",

@@ -30,19 +30,22 @@ import pickle
 import re
 import sys
 import threading
+import time
 from copy import deepcopy
 from pathlib import Path
 from traceback import format_exception
 
 import nipype
-import numpy as np
 from nipype.interfaces.base import File
 from nipype.pipeline.engine import MapNode
+from nipype.pipeline.engine.utils import topological_sort
 from nipype.pipeline.plugins.base import DistributedPluginBase
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
+from nipype.pipeline.plugins.tools import report_nodes_not_run
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
 from sea.interrupt import StopRequest, stop_process_pool
+from sea.ordering import ReadyQueue
 from sea.tiers import key_in_private_dir
 
 TESTED_RANGE = ("1.8", "1.13")
@@ -486,26 +489,178 @@ class _Unvalidated(pickle._Unpickler):
 
 
 # ------------------------------------------------------------------------- plugin hooks
-class EventedMultiProc(MultiProcPlugin):
-    """MultiProc with its private hooks turned into events for an adapter.
+class _IncrementalLoop:
+    """Nipype's ``DistributedPluginBase.run`` with its bookkeeping kept per job, so that a round
+    costs what happened in it, not the size of the graph.
 
-    Subclasses implement ``order_ready_jobs``, ``prepare_node``, ``retry_node``, ``job_finished``
-    and ``job_failed``; they call ``skip_job`` to mark a job done without running it. The scheduling
-    loop wakes as soon as a job finishes instead of sleeping ``poll_sleep_duration`` (kept as the
-    longest wait).
+    Nipype's loop finds ready jobs by summing a dependency matrix each round and clears a sparse
+    row per finished job (MultiProc adds a scan of every job and ``gc.collect()`` per round): at
+    2,000 nodes that cost more than the nodes. Here each job keeps how many producers it still
+    waits for and its consumers; a finished job counts its consumers down and those that reach zero
+    go into the adapter's ready queue (:meth:`ready_queue`, a heap in the core's order). A round
+    settles the tasks that ended, then starts ready jobs (``_start_ready``, the subclass's); it
+    waits for a task to end (``wake``), ``poll_sleep_duration`` at most. The attributes Nipype's
+    helpers use (``procs``, ``proc_done``, ``proc_pending``, ``pending_tasks``, ``mapnodes``,
+    ``mapnodesubids``) keep their meaning.
+    """
+
+    def _init_loop(self) -> None:
+        self._wake = threading.Event()
+        self._poll_timeout = 2.0
+        self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
+        self.loop_seconds = 0.0  # the last run's loop, of which ...
+        self.waited_seconds = 0.0  # ... waiting for a task to end: the rest is this process's work
+
+    # for subclasses -----------------------------------------------------------
+    def ready_queue(self) -> ReadyQueue:
+        """The queue ready jobs wait in, best first (called once the run's jobs are known);
+        by default Nipype's order (topological)."""
+        return ReadyQueue(lambda key: (int(key),))
+
+    def ready_key(self, jobid: int) -> str:
+        """The key ``ready_queue`` ranks ``jobid`` by."""
+        return str(jobid)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def make_ready(self, jobid: int) -> None:
+        self._ready.push(jobid, self.ready_key(jobid))
+
+    def before_submitting(self) -> None:
+        """Called once per round of the loop, before ready jobs start."""
+
+    def task_done(self, taskid) -> bool:
+        """Whether the task ended (its result can be collected without waiting)."""
+        return False
+
+    def _start_ready(self, graph, updatehash) -> list[dict]:
+        raise NotImplementedError
+
+    # the loop -------------------------------------------------------------------
+    def run(self, graph, config, updatehash=False):
+        """``DistributedPluginBase.run``'s contract: run every job, then raise the first error."""
+        self._run_errors = []
+        self._config = config
+        self._poll_timeout = float(config["execution"]["poll_sleep_duration"])
+        logger.info("Running in parallel.")
+        self._prerun_check(graph)
+        self._make_jobs(graph)
+        notrun: list[dict] = []
+        self.waited_seconds = 0.0
+        gc.collect()  # what exists before the run is never garbage of it: leave it out of collections
+        gc.freeze()
+        start = time.perf_counter()
+        try:
+            while True:
+                self.stop_request.raise_if_requested()
+                self._wake.clear()
+                notrun += self._settle_ended(graph)
+                self.before_submitting()
+                if len(self.pending_tasks) < self.max_jobs:
+                    notrun += self._start_ready(graph, updatehash)
+                if not self.pending_tasks and not self._ready:
+                    break
+                if self.pending_tasks and not any(self.task_done(taskid) for taskid, _ in self.pending_tasks):
+                    waited = time.perf_counter()
+                    self._wake.wait(self._poll_timeout)
+                    self.waited_seconds += time.perf_counter() - waited
+        finally:
+            gc.unfreeze()
+            self.loop_seconds = time.perf_counter() - start
+        report_nodes_not_run(notrun)
+        self._postrun_check()
+        if self._run_errors:  # as Nipype: the first error, or how many there were with the first as cause
+            error, cause = self._run_errors[0], None
+            if isinstance(error, (str, list)):
+                error = RuntimeError(error)
+            if len(self._run_errors) > 1:
+                error, cause = RuntimeError(f"{len(self._run_errors)} raised. Re-raising first."), error
+            raise error from cause
+
+    def _make_jobs(self, graph) -> None:
+        self.procs, _ = topological_sort(graph)
+        self._jobid = {node: jobid for jobid, node in enumerate(self.procs)}
+        self._consumers = [[self._jobid[c] for c in graph.successors(node)] for node in self.procs]
+        self._waiting = [graph.in_degree(node) for node in self.procs]  # producers not finished yet
+        self.proc_done = [False] * len(self.procs)  # Nipype's meaning: started (or settled)
+        self.proc_pending = [False] * len(self.procs)  # ... and not ended
+        self.pending_tasks = []
+        self.mapnodes, self.mapnodesubids = [], {}
+        self._ready = self.ready_queue()
+        for jobid, waiting in enumerate(self._waiting):
+            if not waiting:
+                self.make_ready(jobid)
+
+    def _settle_ended(self, graph) -> list[dict]:
+        """Settle the tasks that ended (the body of Nipype's loop)."""
+        notrun, running = [], []
+        for taskid, jobid in self.pending_tasks:
+            try:
+                result = self._get_result(taskid)
+            except Exception as exc:
+                notrun.append(self._clean_queue(jobid, graph))
+                self._run_errors.append(exc)
+                continue
+            if not result:
+                running.append((taskid, jobid))
+                continue
+            if result["traceback"]:
+                notrun.append(self._clean_queue(jobid, graph, result=result))
+                self._run_errors.append("".join(result["traceback"]))
+            else:
+                self._task_finished_cb(jobid)
+            self._clear_task(taskid)
+        self.pending_tasks[:] = running
+        return notrun
+
+    def _count_down(self, jobid: int) -> None:
+        """``jobid`` finished: its consumers wait for one producer less."""
+        self.proc_pending[jobid] = False
+        for consumer in self._consumers[jobid]:
+            self._waiting[consumer] -= 1
+            if not self._waiting[consumer] and not self.proc_done[consumer]:
+                self.make_ready(consumer)
+
+    def _remove_node_deps(self, jobid, crashfile, graph):
+        """Nipype's, with each dependent's job found in a dict (Nipype searches the job list)."""
+        import networkx as nx
+
+        dependents = list(nx.dfs_preorder_nodes(graph, self.procs[jobid]))
+        for node in dependents:
+            self.proc_done[self._jobid[node]] = True
+            self.proc_pending[self._jobid[node]] = False
+        return dict(node=self.procs[jobid], dependents=dependents, crashfile=crashfile)
+
+    def _remove_node_dirs(self):
+        """Sea evicts node directories itself, once their consumers finished and flushes committed."""
+
+
+class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
+    """MultiProc's scheduling with its private hooks turned into events for an adapter, in
+    :class:`_IncrementalLoop`. It keeps what MultiProc does: ``n_procs``, ``memory_gb``,
+    ``n_gpu_procs``, ``max_jobs`` (read before each round), ``raise_insufficient`` (MultiProc's
+    ``_prerun_check``), the hash check before a job starts, ``run_without_submitting`` and
+    ``updatehash`` jobs run in this process, MapNodes expanded into sub-node jobs, crash files,
+    ``stop_on_first_crash``, the status callback and its log lines.
+
+    Subclasses implement ``ready_queue`` and ``ready_key`` (the order), ``admit_job``,
+    ``prepare_job``, ``prepare_node``, ``retry_node``, ``job_finished`` and ``job_failed``; they
+    call ``skip_job`` to mark a job done without running it and ``make_ready`` to queue a job they
+    held back.
     """
 
     def __init__(self, plugin_args=None):
         super().__init__(plugin_args=plugin_args)
-        self._wake = threading.Event()
-        self._poll_timeout = 2.0
+        self._init_loop()
         self._submitted: dict[int, tuple[object, bool]] = {}
         self._result = None  # the result _get_result just returned, for the _task_finished_cb that follows
-        self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
 
-    # events (no-op defaults) ---------------------------------------------
-    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        return jobids
+    # events (defaults: every job runs) --------------------------------------------
+    def admit_job(self, jobid: int) -> bool:
+        """``jobid`` is next to start: return False to leave it out (the subclass skipped it, or
+        holds it back and queues it again with :meth:`make_ready`)."""
+        return True
 
     def prepare_job(self, jobid: int) -> bool:
         """About to run ``jobid`` (it fits the resources). Return True when the adapter knows nothing
@@ -526,9 +681,6 @@ class EventedMultiProc(MultiProcPlugin):
     def job_failed(self, node) -> None: ...
 
     # helpers for subclasses ---------------------------------------------------
-    def wake(self) -> None:
-        self._wake.set()
-
     def node_of(self, jobid: int):
         return self.procs[jobid]
 
@@ -545,35 +697,122 @@ class EventedMultiProc(MultiProcPlugin):
         else:
             stop_process_pool(self.pool)
 
-    # Nipype's private hooks ----------------------------------------------------
-    def run(self, graph, config, updatehash=False):
-        execution = dict(config["execution"])
-        self._poll_timeout = float(execution.get("poll_sleep_duration", 2))
-        execution["poll_sleep_duration"] = "0"
-        # MultiProc calls gc.collect() before every submission round; waking on each finished job
-        # means more rounds, and a full collection walks every object the process ever imported
-        # (65 ms here). Freezing what exists before the run limits each collection to new objects.
-        gc.collect()
-        gc.freeze()
+    # a round --------------------------------------------------------------------
+    def _make_jobs(self, graph) -> None:
+        self._expanded: set[int] = set()
+        self._stats = None
+        super()._make_jobs(graph)
+
+    def task_done(self, taskid) -> bool:
+        return taskid in self._taskresult
+
+    def _start_ready(self, graph, updatehash) -> list[dict]:
+        """Start ready jobs, best first, while they fit (MultiProc's ``_send_procs_to_workers``).
+        A job that does not fit waits for the next round; when nothing runs, the next job fits
+        (MultiProc clamps each job's needs to the totals)."""
+        free_gb, free_th, free_gpu = self._check_resources(self.pending_tasks)
+        self._log_resources(free_gb, free_th, free_gpu)
+        notrun, held = [], []
         try:
-            return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
+            while self._ready:
+                if self.pending_tasks and (free_gb < 0.01 or free_th <= 0):
+                    break
+                jobid = self._ready.pop()
+                if self.proc_done[jobid] or not self.admit_job(jobid):
+                    continue
+                node = self.procs[jobid]
+                if isinstance(node, MapNode) and jobid not in self._expanded:
+                    try:
+                        expand = node.num_subnodes() > 1
+                    except Exception:
+                        traceback = format_exception(*sys.exc_info())
+                        self._run_errors.append(traceback)  # MultiProc writes the crash file, but its run returns
+                        notrun.append(self._clean_queue(jobid, graph, result={"result": None, "traceback": traceback}))
+                        self.proc_pending[jobid] = False
+                        continue
+                    if expand:
+                        self._expand_mapnode(jobid)
+                        continue
+                gb = min(getattr(node, "mem_gb_runtime", node.mem_gb), self.memory_gb)
+                th = min(node.n_procs, self.processors)
+                gpu = node.is_gpu_node()
+                gpu_th = min(node.n_procs, self.n_gpu_procs) if gpu else 0
+                if self.pending_tasks and (th > free_th or gb > free_gb or gpu_th > free_gpu):
+                    held.append(jobid)
+                    continue
+                self.proc_done[jobid] = True
+                self.proc_pending[jobid] = True
+                if self._local_hash_check(jobid, graph):
+                    continue  # found cached: finished already
+                if node.run_without_submitting or (updatehash and self._stale_hash(node)):
+                    notrun += self._run_here(jobid, graph, updatehash)
+                    continue
+                free_gb, free_th, free_gpu = free_gb - gb, free_th - th, free_gpu - gpu_th
+                if self._status_callback:
+                    self._status_callback(node, "start")
+                self.pending_tasks.insert(0, (self._submit_job(deepcopy(node), updatehash=updatehash), jobid))
+                self._stats = None
         finally:
-            gc.unfreeze()
+            for jobid in held:
+                self.make_ready(jobid)
+        return notrun
 
-    def _send_procs_to_workers(self, updatehash=False, graph=None):
-        self.stop_request.raise_if_requested()
-        self._wake.clear()
-        super()._send_procs_to_workers(updatehash=updatehash, graph=graph)
-        if not any(taskid in self._taskresult for taskid, _ in self.pending_tasks):
-            self._wake.wait(self._poll_timeout if self.pending_tasks else 0.01)
+    @staticmethod
+    def _stale_hash(node) -> bool:
+        cached, updated = node.is_cached()
+        return cached and not updated
 
+    def _run_here(self, jobid: int, graph, updatehash: bool) -> list[dict]:
+        """A ``run_without_submitting`` job (or one whose hash is only updated), in this process."""
+        logger.debug("Running node %s on master thread", self.procs[jobid])
+        try:
+            self.procs[jobid].run(updatehash=updatehash)
+        except Exception:
+            traceback = format_exception(*sys.exc_info())
+            self._run_errors.append(traceback)
+            return [self._clean_queue(jobid, graph, result={"result": None, "traceback": traceback})]
+        self._task_finished_cb(jobid)
+        self._stats = None
+        return []
+
+    def _expand_mapnode(self, jobid: int) -> None:
+        """A MapNode's sub-nodes become jobs of their own, ready now; the MapNode waits for them
+        (then runs, collecting their results)."""
+        self._expanded.add(jobid)
+        self.mapnodes.append(jobid)
+        subnodes = list(self.procs[jobid].get_subnodes())
+        logger.debug("Adding %d jobs for mapnode %s", len(subnodes), self.procs[jobid])
+        first = len(self.procs)
+        self.procs.extend(subnodes)
+        for subid in range(first, len(self.procs)):
+            self.mapnodesubids[subid] = jobid
+            self.proc_done.append(False)
+            self.proc_pending.append(False)
+            self._waiting.append(0)
+            self._consumers.append([jobid])
+        self._waiting[jobid] = len(subnodes)
+        for subid in range(first, len(self.procs)):
+            self.make_ready(subid)
+
+    def _log_resources(self, free_gb: float, free_th: int, free_gpu: int) -> None:
+        """MultiProc's line on what runs and what is free, when it changed."""
+        stats = (len(self.pending_tasks), len(self._ready), free_gb, free_th, free_gpu)
+        if stats == self._stats:
+            return
+        self._stats = stats
+        running = ""
+        if self.pending_tasks and logger.isEnabledFor(logging.INFO):
+            running = "\n" + " " * 21 + "Currently running:\n" + "\n".join(" " * 21 + f"  * {self.procs[j].fullname}" for _, j in self.pending_tasks)
+        logger.info(
+            "[MultiProc] Running %d tasks, and %d jobs ready. Free memory (GB): %0.2f/%0.2f, Free processors: %d/%d, Free GPU slot:%d/%d.%s",
+            len(self.pending_tasks), len(self._ready), free_gb, self.memory_gb, free_th, self.processors, free_gpu, self.n_gpu_procs, running,
+        )  # fmt: skip
+
+    # Nipype's private hooks ----------------------------------------------------
     def _local_hash_check(self, jobid, graph):
         if self.prepare_job(jobid):
             return False
         return super()._local_hash_check(jobid, graph)
-
-    def _sort_jobs(self, jobids, scheduler="tsort"):
-        return self.order_ready_jobs(list(super()._sort_jobs(jobids, scheduler=scheduler)))
 
     def _submit_job(self, node, updatehash=False):
         self.prepare_node(node)
@@ -616,104 +855,79 @@ class EventedMultiProc(MultiProcPlugin):
         self._submitted.pop(taskid, None)
 
     def _task_finished_cb(self, jobid, cached=False):
-        super()._task_finished_cb(jobid, cached=cached)
+        """Nipype's (its log line, the status callback), then the consumers count it down."""
+        logger.info("[Job %d] %s (%s).", jobid, "Cached" if cached else "Completed", self.procs[jobid])
+        if self._status_callback:
+            self._status_callback(self.procs[jobid], "end")
         result, self._result = (None if cached else self._result), None
         self.job_finished(self.procs[jobid], cached, result)  # MapNode sub-nodes too (jobid in mapnodesubids)
+        self._count_down(jobid)
 
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])
         return super()._clean_queue(jobid, graph, result=result)
 
-    def _remove_node_dirs(self):
-        """Sea evicts node directories itself, once their consumers finished and flushes committed."""
 
+class EventedTaskLoop(_IncrementalLoop, DistributedPluginBase):
+    """The loop of Nipype's distributed plugins (as its SGE and SLURM plugins use), in
+    :class:`_IncrementalLoop`, with every ready node submitted as one task, MapNodes included (they
+    run their sub-nodes in their own directory, where the task runs), in the adapter's order, and
+    no check in this process: the client may not see the workers' storage, so the task itself asks
+    Nipype's cache check.
 
-class EventedTaskLoop(DistributedPluginBase):
-    """Nipype's distributed plugin loop (as its SGE and SLURM plugins use) with every ready node
-    submitted as one task, MapNodes included (they run their sub-nodes in their own directory,
-    where the task runs), in the order the adapter gives, and no check in this process: the
-    client may not see the workers' storage, so the task itself asks Nipype's cache check.
-
-    Subclasses implement ``order_ready_jobs``, ``_submit_job``, ``_get_result``, ``task_done``,
-    ``job_finished`` and ``job_failed``, and call ``wake`` when a task ends.
+    Subclasses implement ``ready_queue``/``ready_key``, ``_submit_job``, ``_get_result``,
+    ``task_done``, ``job_finished`` and ``job_failed``, and call ``wake`` when a task ends.
     """
 
     def __init__(self, plugin_args=None):
         super().__init__(plugin_args=plugin_args)
-        self._wake = threading.Event()
-        self._poll_timeout = 2.0
-        self.stop_request = StopRequest(self.wake)  # a stop signal raises at the start of the next round
-
-    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        return jobids
+        self._init_loop()
 
     def job_finished(self, node) -> None: ...
 
     def job_failed(self, node) -> None: ...
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def run(self, graph, config, updatehash=False):
-        execution = dict(config["execution"])
-        self._poll_timeout = float(execution.get("poll_sleep_duration", 2))
-        execution["poll_sleep_duration"] = "0"
-        return super().run(graph, {**config, "execution": execution}, updatehash=updatehash)
-
-    def before_submitting(self) -> None:
-        """Called once per round of the loop, where the adapter may :meth:`requeue` jobs."""
 
     def requeue(self, jobids: list[int]) -> None:
         """Run these jobs again (their results were lost): not done, not running, and every
         consumer that has not finished waits for them again."""
         again = set(jobids)
         self.pending_tasks[:] = [(taskid, jobid) for taskid, jobid in self.pending_tasks if jobid not in again]
-        finished = self.proc_done & ~self.proc_pending
+        counted = [j for j in again if self.proc_done[j] and not self.proc_pending[j]]  # finished: counted down
+        waiting_again = {c for j in counted for c in self._consumers[j] if c in again or not (self.proc_done[c] and not self.proc_pending[c])}
         for jobid in again:
             self.proc_done[jobid] = False
             self.proc_pending[jobid] = False
+        for jobid in counted:
+            for consumer in self._consumers[jobid]:
+                if consumer in waiting_again:
+                    self._waiting[consumer] += 1
+                    self._ready.discard(consumer)
         for jobid in again:
-            for consumer in self._edges.getrowview(jobid).nonzero()[1]:
-                if consumer in again or not finished[consumer]:
-                    self.depidx[jobid, consumer] = 1
+            if not self._waiting[jobid]:
+                self.make_ready(jobid)
 
-    def _generate_dependency_list(self, graph):
-        super()._generate_dependency_list(graph)
-        self._edges = self.depidx.copy()  # Nipype clears depidx as jobs finish
-
-    def _send_procs_to_workers(self, updatehash=False, graph=None):
-        self.stop_request.raise_if_requested()
-        self.before_submitting()
-        self._wake.clear()
-        ready = [int(j) for j in np.flatnonzero(~self.proc_done & (self.depidx.sum(axis=0) == 0).__array__())]
-        for jobid in self.order_ready_jobs(ready):
+    def _start_ready(self, graph, updatehash) -> list[dict]:
+        while self._ready:
+            jobid = self._ready.pop()
+            if self.proc_done[jobid]:
+                continue
             self.proc_done[jobid] = True
             self.proc_pending[jobid] = True
             if self._status_callback:
                 self._status_callback(self.procs[jobid], "start")
             taskid = self._submit_job(deepcopy(self.procs[jobid]), updatehash=updatehash)
             self.pending_tasks.insert(0, (taskid, jobid))
-        if self.pending_tasks and not any(self.task_done(taskid) for taskid, _ in self.pending_tasks):
-            self._wake.wait(self._poll_timeout)
-
-    def task_done(self, taskid) -> bool:
-        return False
+        return []
 
     def _task_finished_cb(self, jobid, cached=False):
-        """Nipype's, without its ``refidx`` bookkeeping: that matrix only serves
-        ``_remove_node_dirs`` (Sea evicts itself), and clearing a column of it scans every row,
-        which made the loop's cost per node grow with the graph (4 ms a node at 2,000 nodes)."""
+        """Nipype's, without its ``refidx`` bookkeeping (that matrix only serves
+        ``_remove_node_dirs``: Sea evicts itself)."""
         logger.info("[Job %d] %s (%s).", jobid, "Cached" if cached else "Completed", self.procs[jobid])
         if self._status_callback:
             self._status_callback(self.procs[jobid], "end")
-        self.proc_pending[jobid] = False
-        row = self.depidx.getrowview(jobid)
-        row[row.nonzero()] = 0
+        self._count_down(jobid)
         self.job_finished(self.procs[jobid])
 
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[jobid])
         return super()._clean_queue(jobid, graph, result=result)
-
-    def _remove_node_dirs(self):
-        """Sea evicts node directories itself."""

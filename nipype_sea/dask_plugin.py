@@ -26,6 +26,7 @@ from sea.journal import Journal
 from sea.locality import LocalityPlanner
 from sea.lock import RunLock
 from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
+from sea.ordering import ReadyQueue
 from sea.progress import Progress, Snapshot
 from sea.report import RunReport, announce, merge_reports
 
@@ -192,6 +193,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
                 del self._futures[taskid]
                 self._outcomes.pop(taskid, None)
         self.requeue([jobs[key] for key in running | again])
+        self._ready.rerank(self._ready.keys())  # the inputs the lost worker held are held no more
 
     # ------------------------------------------------------------------ Nipype's loop
     def _key(self, jobid: int) -> str:
@@ -199,9 +201,11 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             self._keys[jobid] = str(nx_.logical_dir(self.procs[jobid]).relative_to(self.home))
         return self._keys[jobid]
 
-    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        by_key = {self._key(j): j for j in jobids}
-        return [by_key[k] for k in self.planner.order(list(by_key))]
+    def ready_queue(self) -> ReadyQueue:
+        return ReadyQueue(self.planner.rank)  # inputs held by some worker, then depth-first
+
+    def ready_key(self, jobid: int) -> str:
+        return self._key(jobid)
 
     def _submit_job(self, node, updatehash=False):
         key = str(nx_.logical_dir(node).relative_to(self.home))

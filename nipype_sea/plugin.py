@@ -60,6 +60,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         self._runs: dict[str, int] = {}  # key -> the job that runs in that directory (two may share one)
         self._done: set[str] = set()  # keys whose job finished (a second job there is its twin)
         self._failed: set[str] = set()
+        self._twins: dict[str, list[int]] = {}  # key -> jobs waiting for the one running in its directory
         self.home: Path | None = None
         self.report = None
 
@@ -121,28 +122,32 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         return self._keys[jobid]
 
     # ------------------------------------------------------------------ events
-    def order_ready_jobs(self, jobids: list[int]) -> list[int]:
-        by_key = {self._job_key(j): j for j in jobids}
-        ordered = []
-        for key in self.engine.order(list(by_key)):
-            jobid = by_key[key]
-            if self._runs.setdefault(key, jobid) != jobid:  # a twin: another job has its directory
-                if key in self._failed:  # ... and failed there: this one runs, as Linear would run it
-                    self._runs[key] = jobid
-                    self._failed.discard(key)
-                else:  # the same node (its directory names its inputs): done once the other one is
-                    if key in self._done:
-                        self.skip_job(jobid)
-                    continue
-            if self.engine.is_skipped(key):
+    def ready_queue(self):
+        return self.engine.ready_queue()  # the core's order: inputs on the fastest tier, then depth-first
+
+    def ready_key(self, jobid: int) -> str:
+        return self._job_key(jobid)
+
+    def admit_job(self, jobid: int) -> bool:
+        key = self._job_key(jobid)
+        if self._runs.setdefault(key, jobid) != jobid:  # a twin: another job has its directory
+            if key in self._failed:  # ... and failed there: this one runs, as Linear would run it
+                self._runs[key] = jobid
+                self._failed.discard(key)
+            elif key in self._done:  # the same node (its directory names its inputs): done once the other one is
                 self.skip_job(jobid)
-                continue
-            if nx_.is_mapnode(self.node_of(jobid)) and key in self.engine.graph:
-                nx_.read_inputs_from(self.node_of(jobid), self._physical_dir)  # read before the hash check
-                if self.engine.is_fresh(key):  # its sub-nodes and report are written inside it
-                    self.engine.place(key)  # (one with a directory in the home reruns in it, as under MultiProc)
-            ordered.append(jobid)
-        return ordered
+                return False
+            else:  # ... still running: it waits for it
+                self._twins.setdefault(key, []).append(jobid)
+                return False
+        if self.engine.is_skipped(key):
+            self.skip_job(jobid)
+            return False
+        if nx_.is_mapnode(self.node_of(jobid)) and key in self.engine.graph:
+            nx_.read_inputs_from(self.node_of(jobid), self._physical_dir)  # read before the hash check
+            if self.engine.is_fresh(key):  # its sub-nodes and report are written inside it
+                self.engine.place(key)  # (one with a directory in the home reruns in it, as under MultiProc)
+        return True
 
     def prepare_job(self, jobid: int) -> bool:
         key, node = self._job_key(jobid), self.node_of(jobid)
@@ -187,6 +192,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if key in self._done:  # a twin, done when the other one was
             return
         self._done.add(key)
+        for twin in self._twins.pop(key, []):
+            self.skip_job(twin)
         copies = self._copies.pop(key, {})
         if copies:  # before its consumers read its outputs, and before the copies go
             nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), copies)
@@ -214,6 +221,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     def job_failed(self, node) -> None:
         key = self._node_key(node)
         self._failed.add(key)
+        for twin in self._twins.pop(key, []):  # one of them runs it again
+            self.make_ready(twin)
         self._copies.pop(key, None)
         if key in self.engine.graph:
             self.engine.node_failed(key)

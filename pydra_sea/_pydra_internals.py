@@ -77,12 +77,9 @@ def name_of(node) -> str:
     return node.name
 
 
-def node_holding(graph, job) -> ty.Any | None:
-    """The graph's NodeExecution that created ``job`` (the job object itself, not a copy)."""
-    for node in graph.nodes:
-        if node.name == job.name and node._tasks is not None and any(t is job for t in node._tasks.values()):
-            return node
-    return None
+def jobs_named(graph, name: str) -> list[tuple[ty.Any, ty.Any]]:
+    """(job, node) for every job the graph's node ``name`` made so far (none before it starts)."""
+    return [(job, node) for node in graph.nodes if node.name == name and node._tasks is not None for job in node._tasks.values()]
 
 
 def jobs_of(node) -> list:

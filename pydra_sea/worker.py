@@ -53,6 +53,7 @@ from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, co
 from sea.config import check_whole_number
 from sea.dask_options import DaskOptions
 from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
+from sea.ordering import ReadyQueue
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
@@ -109,6 +110,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _claimed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the job Sea places
     _ended: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> future done once that job ended
     _twins: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> its run in the home (see _twin)
+    _located: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> (job, workflow job, graph, node)
     _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
@@ -185,6 +187,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._claimed.clear()
         self._ended.clear()
         self._twins.clear()
+        self._located.clear()
         if self._watch is not None:
             self._watch.stop()
         self._slots = self._loop_of_run = self._watch = None  # bound to this run's event loop
@@ -300,7 +303,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             engine.node_cached(key)  # done by an earlier run (here or in a read-only cache): Pydra would not run it either
             return cached
         if self._slots is None:
-            self._slots = _Processes(self.n_procs, engine.order)
+            self._slots = _Processes(self.n_procs, engine.ready_queue())
         # Pydra hands over every runnable job at once: place one only when a process is free for
         # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue;
         # which waiting job gets a free process is the core's choice (locality, then depth)
@@ -397,11 +400,16 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
 
     # ------------------------------------------------------------------ translation
     def _locate(self, job):
-        for workflow_job in reversed(self._workflows):
-            graph = px_.exec_graph(workflow_job)
-            node = px_.node_holding(graph, job) if graph is not None else None
-            if node is not None:
-                return workflow_job, graph, node
+        """(workflow job, execution graph, node) of the workflow being expanded that made ``job``.
+        The jobs of a node are indexed together, the first time one of them is asked for: a node
+        split N ways would otherwise be searched N times, for N jobs."""
+        for workflow_job in [None, *reversed(self._workflows)]:  # None: what is indexed already
+            if workflow_job is not None and (graph := px_.exec_graph(workflow_job)) is not None:
+                for other, node in px_.jobs_named(graph, job.name):
+                    self._located[id(other)] = (other, workflow_job, graph, node)
+            found = self._located.get(id(job))
+            if found is not None and found[0] is job:
+                return found[1:]
         return None
 
     def _register(self, workflow_job, graph, node) -> None:
@@ -452,7 +460,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _watch=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
@@ -475,11 +483,12 @@ def _cancel_what_is_left(loop: asyncio.AbstractEventLoop | None) -> None:
 
 
 class _Processes:
-    """``n`` processes for the jobs waiting for one; a freed process goes to the job ``order`` ranks
-    first (``SeaEngine.order``), not to the one that asked first."""
+    """``n`` processes for the jobs waiting for one; a freed process goes to the job the core ranks
+    first (``SeaEngine.ready_queue``: locality, then depth), not to the one that asked first."""
 
-    def __init__(self, n: int, order: ty.Callable[[list[str]], list[str]]):
-        self._free, self._order = n, order
+    def __init__(self, n: int, queue: ReadyQueue):
+        self._free = n
+        self._queue = queue  # keys of the jobs waiting, best first
         self._waiting: dict[str, asyncio.Future] = {}
 
     @property
@@ -493,11 +502,13 @@ class _Processes:
             self._free -= 1
         else:
             granted = self._waiting[key] = asyncio.get_running_loop().create_future()
+            self._queue.push(key, key)
             try:
                 await granted
             except asyncio.CancelledError:
                 if self._waiting.get(key) is granted:
                     del self._waiting[key]
+                    self._queue.discard(key)
                 elif granted.done() and not granted.cancelled():
                     self._hand_on()  # granted and cancelled at once: pass the process on
                 raise
@@ -507,8 +518,8 @@ class _Processes:
             self._hand_on()
 
     def _hand_on(self) -> None:
-        for key in self._order(list(self._waiting)) if self._waiting else []:
-            granted = self._waiting.pop(key)
+        while self._queue:
+            granted = self._waiting.pop(self._queue.pop())
             if not granted.done():  # not cancelled while waiting
                 granted.set_result(None)
                 return

@@ -54,7 +54,7 @@ from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
 from .lock import RunLock
-from .ordering import order_ready
+from .ordering import ReadyQueue, order_ready, rank
 from .prefetch import Prefetcher
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
@@ -201,6 +201,7 @@ class SeaEngine:
             self._closed = False
             self._work_left = WorkLeft(self.estimator.seconds)
             self._running: dict[str, str] = {}  # key -> name, of nodes running now
+            self._queues: list[ReadyQueue] = []  # adapters' ready jobs, in self.rank's order
             self._open_ended = 0  # nodes that may still get consumers: the graph is still growing
             self._copy_rate = Rate()
             self.progress = Progress(self.progress_snapshot, config.progress if machine is None else "off", self.log)
@@ -395,6 +396,24 @@ class SeaEngine:
         """Ready nodes, best first: inputs on the fastest tier, then deepest (depth-first)."""
         with self._lock:
             return order_ready(ready, self.graph, self._input_rank)
+
+    def rank(self, key: str) -> tuple:
+        """The sort key of :meth:`order` for one ready node (:func:`sea.ordering.rank`)."""
+        with self._lock:
+            return rank(key, self.graph, self._input_rank)
+
+    def ready_queue(self) -> ReadyQueue:
+        """A queue of an adapter's ready jobs in this engine's order (:class:`ReadyQueue`): push a
+        job with its node's key as it becomes ready, pop the next to start. The engine reranks the
+        jobs whose inputs move (a producer's directory dropped or replicated here)."""
+        queue = ReadyQueue(self.rank)
+        self._queues.append(queue)
+        return queue
+
+    def _inputs_moved(self, key: str) -> None:
+        consumers = self.graph.consumers(key)
+        for queue in self._queues:
+            queue.rerank(consumers)
 
     def _input_rank(self, key: str) -> int:
         ranks = []
@@ -696,6 +715,7 @@ class SeaEngine:
             node.placement = Placement(key, self.home / key, physical, tier, size)
             node.state, node.replica, node.evicted, node.size = State.FINISHED, True, False, size
             self.hierarchy.settle(tier, size, size)
+            self._inputs_moved(key)
             self.report.bytes_received += size
             return physical
 
@@ -723,6 +743,7 @@ class SeaEngine:
             self.hierarchy.remove(p.staging_root)
         self.hierarchy.release(p.tier, reserved=p.reserved)
         node.placement = None
+        self._inputs_moved(node.spec.key)
 
     # ---------------------------------------------------------------- prefetch
     def expect_reads(self, key: str, paths: list[str]) -> None:

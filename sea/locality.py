@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .graph import WorkflowGraph
-from .ordering import order_ready
+from .ordering import rank
 
 
 @dataclass
@@ -77,7 +77,11 @@ class LocalityPlanner:
     # ------------------------------------------------------------------ decisions
     def order(self, ready: Sequence[str]) -> list[str]:
         """Ready nodes, best first: inputs held by some worker, then deepest (depth-first)."""
-        return order_ready(ready, self.graph, lambda key: 0 if self._held_inputs(key) else 1)
+        return sorted(ready, key=self.rank)
+
+    def rank(self, key: str) -> tuple:
+        """The sort key of :meth:`order` for one ready node (:func:`sea.ordering.rank`)."""
+        return rank(key, self.graph, lambda key: 0 if self._held_inputs(key) else 1)
 
     def assign(self, key: str) -> Assignment:
         held = self._held_inputs(key)

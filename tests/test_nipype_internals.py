@@ -20,9 +20,9 @@ def test_version_in_tested_range():
     assert not nx_.nipype_version_supported("1.13.0") and not nx_.nipype_version_supported("1.7.1")
 
 
-HOOKS = {
-    "run": ["self", "graph", "config", "updatehash"],
-    "_sort_jobs": ["self", "jobids", "scheduler"],
+HOOKS = {  # MultiProc's methods SeaMultiProc's loop calls or overrides
+    "_prerun_check": ["self", "graph"],
+    "_check_resources": ["self", "running_tasks"],
     "_local_hash_check": ["self", "jobid", "graph"],
     "_submit_job": ["self", "node", "updatehash"],
     "_async_callback": ["self", "args"],
@@ -30,8 +30,9 @@ HOOKS = {
     "_clear_task": ["self", "taskid"],
     "_task_finished_cb": ["self", "jobid", "cached"],
     "_clean_queue": ["self", "jobid", "graph", "result"],
+    "_remove_node_deps": ["self", "jobid", "crashfile", "graph"],
     "_remove_node_dirs": ["self"],
-    "_send_procs_to_workers": ["self", "updatehash", "graph"],
+    "_postrun_check": ["self"],
 }
 
 
@@ -46,11 +47,32 @@ def test_run_node_signature():
     assert list(inspect.signature(multiproc.run_node).parameters) == ["node", "updatehash", "taskid"]
 
 
-def test_run_loop_polls_config_and_submits_each_round():
-    source = inspect.getsource(base.DistributedPluginBase.run)
-    assert 'config["execution"]["poll_sleep_duration"]' in source
-    assert "self._send_procs_to_workers(" in source and "sleep(" in source
-    assert "self._sort_jobs(" in inspect.getsource(multiproc.MultiProcPlugin._send_procs_to_workers)
+# What Nipype's loop does, which nx_._IncrementalLoop and EventedMultiProc do in their own way: a
+# step missing here means Nipype's loop changed, and ours must be read against it again.
+LOOP_STEPS = {
+    "DistributedPluginBase.run": [
+        "self._prerun_check(graph)", "self._get_result(taskid)", "self._clean_queue(jobid, graph", "self._run_errors.append(",
+        "self._task_finished_cb(jobid)", "self._clear_task(taskid)", "self.max_jobs", "report_nodes_not_run(notrun)",
+        "self._postrun_check()", "raise error from cause", 'config["execution"]["poll_sleep_duration"]',
+    ],
+    "MultiProcPlugin._send_procs_to_workers": [
+        "self._check_resources(", "num_subnodes()", "self._submit_mapnode(jobid)", ".n_procs", ".is_gpu_node()", "self._local_hash_check(jobid, graph)",
+        ".is_cached()", "run_without_submitting", 'self._status_callback(self.procs[jobid], "start")', "deepcopy(self.procs[jobid])",
+        "self.pending_tasks.insert(0, (tid, jobid))",
+    ],
+    "DistributedPluginBase._submit_mapnode": ["get_subnodes()", "self.mapnodesubids[", "self.depidx[-numnodes:, jobid] = 1"],
+    "DistributedPluginBase._clean_queue": ['"stop_on_first_crash"', "self.mapnodesubids", "self._remove_node_deps(jobid, crashfile, graph)"],
+}
+
+
+@pytest.mark.parametrize("where, steps", LOOP_STEPS.items())
+def test_nipype_loop_does_what_ours_does(where, steps):
+    owner, name = where.split(".")
+    source = inspect.getsource(getattr({"DistributedPluginBase": base.DistributedPluginBase, "MultiProcPlugin": multiproc.MultiProcPlugin}[owner], name))
+    missing = [step for step in steps if step not in source]
+    assert not missing, f"Nipype's {where} no longer has {missing}: read nipype_sea/_nipype_internals.py's loop against it again"
+    multiproc_resources = inspect.getsource(multiproc.MultiProcPlugin._send_procs_to_workers)
+    assert "mem_gb_runtime" in multiproc_resources or ".mem_gb," in multiproc_resources
 
 
 def test_plugin_lookup_by_attribute_of_plugins_module():
@@ -133,7 +155,7 @@ def _same(x):
 
 
 def test_evented_task_loop_runs_in_order_and_requeues(tmp_path):
-    """SeaDask's loop over Nipype's DistributedPluginBase (proc_done, proc_pending, depidx,
+    """SeaDask's loop (Nipype's DistributedPluginBase contract: proc_done, proc_pending,
     pending_tasks): every ready node submitted in the adapter's order, and a requeued producer
     runs again before its consumer that had not started."""
     class Inline(nx_.EventedTaskLoop):
@@ -158,7 +180,7 @@ def test_evented_task_loop_runs_in_order_and_requeues(tmp_path):
             self.outcomes.pop(taskid, None)
 
         def before_submitting(self):
-            if not self.requeued and self.ran == ["a", "b"] and self.proc_done.all() == False:  # noqa: E712
+            if not self.requeued and self.ran == ["a", "b"] and not all(self.proc_done):
                 self.requeued = True
                 self.requeue([i for i, node in enumerate(self.procs) if node.name in ("a", "b")])
 

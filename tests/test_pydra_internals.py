@@ -51,7 +51,7 @@ class Probe(cf.ConcurrentFuturesWorker):
 
     async def run(self, job, rerun=False):
         graph = px_.exec_graph(self.workflows[-1])
-        node = px_.node_holding(graph, job)
+        node = next((n for j, n in px_.jobs_named(graph, job.name) if j is job), None)
         self.seen.append(
             {
                 "name": job.name,

@@ -179,9 +179,10 @@ def test_a_free_process_goes_to_the_job_the_core_ranks_first():
     import asyncio
 
     from pydra_sea.worker import _Processes
+    from sea.ordering import ReadyQueue
 
     async def main():
-        processes, started = _Processes(1, sorted), []
+        processes, started = _Processes(1, ReadyQueue(lambda key: (key,))), []
 
         async def job(key, hold):
             async with processes.one_for(key):
