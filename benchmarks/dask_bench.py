@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -58,14 +57,12 @@ import statistics
 import sys
 import tempfile
 import time
-import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from itertools import count
 from pathlib import Path
 
-from nipype_sea import _nipype_internals as nx_
+from nipype_sea.dask_tasks import DaskTaskLoop
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRATCH_PREFIX = "sea-bench-dask-"  # not "sea-": that prefix is Sea's own private directories
@@ -98,20 +95,16 @@ SIZES = {
 
 
 # ====================================================================== D: Dask without placement
-class DaskNoPlacementPlugin(nx_.EventedTaskLoop):
+class DaskNoPlacementPlugin(DaskTaskLoop):
     """Nipype on Dask with no placement: each ready node is one Dask task running MultiProc's
     ``run_node`` wherever Dask's scheduler puts it; node directories stay where Nipype puts them
-    (under ``base_dir``). Outcomes are collected as SeaDaskPlugin collects them (fetched in Dask's
-    callback thread, which wakes the loop). ``plugin_args={"dask": {"address": ...}}``."""
+    (under ``base_dir``). Outcomes are collected by SeaDask's own loop (:class:`DaskTaskLoop`).
+    ``plugin_args={"dask": {"address": ...}}``."""
 
     def __init__(self, plugin_args=None):
         plugin_args = dict(plugin_args or {})
         self.address = plugin_args.pop("dask")["address"]
         super().__init__(plugin_args=plugin_args)
-        self._ids = count()
-        self._futures: dict[int, object] = {}
-        self._outcomes: dict[int, object] = {}
-        self._client = None
         self.client_factory = None  # for the client-side measurement: a stand-in for distributed.Client
 
     def run(self, graph, config, updatehash=False):
@@ -122,47 +115,16 @@ class DaskNoPlacementPlugin(nx_.EventedTaskLoop):
 
             opened = Client(self.address, timeout=60)
         with opened as client:
-            self._client = client
+            self.client = client
             try:
                 return super().run(graph, config, updatehash=updatehash)
             finally:
-                self._client = None
+                self.client = None
 
     def _submit_job(self, node, updatehash=False):
         from nipype.pipeline.plugins.multiproc import run_node
 
-        taskid = next(self._ids)
-        future = self._client.submit(run_node, node, updatehash, taskid, pure=False, key=f"nipype-{node.name}-{taskid}")
-        self._futures[taskid] = future
-        future.add_done_callback(functools.partial(self._collect, taskid))
-        return taskid
-
-    def _collect(self, taskid: int, future) -> None:
-        if self._client is None or future.status == "cancelled":
-            # cancelled as the client closes (the run was interrupted): asking
-            # such a future for its result would wait on the client's loop, which may be gone
-            self._outcomes[taskid] = RuntimeError(f"task {future.key} ended as {future.status}")
-        else:
-            try:
-                self._outcomes[taskid] = future.result(timeout=60)
-            except BaseException as exc:  # noqa: BLE001 - its worker died meanwhile
-                self._outcomes[taskid] = exc
-        self.wake()
-
-    def task_done(self, taskid) -> bool:
-        return taskid in self._outcomes
-
-    def _get_result(self, taskid):
-        if taskid not in self._outcomes:
-            return None
-        outcome = self._outcomes.pop(taskid)
-        if isinstance(outcome, BaseException):
-            return {"result": None, "traceback": traceback.format_exception(outcome)}
-        return outcome
-
-    def _clear_task(self, taskid):
-        self._futures.pop(taskid, None)
-        self._outcomes.pop(taskid, None)
+        return self.submit_task(run_node, node, updatehash, 0, name=f"nipype-{node.name}")  # (run_node echoes its taskid back)
 
 
 # ====================================================================== measuring helpers
@@ -410,7 +372,7 @@ def simulate_planner(graph, n_workers: int, node_bytes: int = 16 * MIB) -> dict:
     """One simulated run: every ready node is ordered and assigned as SeaDask does when Nipype
     hands it over; each round, every worker with work finishes the oldest task it was given; the
     planner is told (``finished``, ``workers_to_tell``). Returns the planner's time only."""
-    from sea.locality import LocalityPlanner
+    from sea.dask.locality import LocalityPlanner
 
     clock = time.perf_counter_ns
     workers = [f"w{i}" for i in range(n_workers)]
@@ -538,7 +500,7 @@ class FakeClient:
         return dict(self.addresses)
 
     def run(self, function, *args, workers=None, wait=True, **kwargs):
-        from sea.node_storage import close_run
+        from sea.dask.node_storage import close_run
         from sea.report import RunReport
 
         if function is close_run:

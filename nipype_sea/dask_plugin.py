@@ -1,8 +1,8 @@
 """``workflow.run(plugin='SeaDask', plugin_args={'sea': ..., 'dask': {...}})``: Sea on Dask distributed.
 
-Each Dask worker has its own tiers (:class:`sea.node_storage.NodeStorage`, set up on every
+Each Dask worker has its own tiers (:class:`sea.dask.node_storage.NodeStorage`, set up on every
 worker); the client keeps the graph and sends each ready node to the worker that holds its inputs
-(:class:`sea.locality.LocalityPlanner`). A node that must run where its inputs are not gets them
+(:class:`sea.dask.locality.LocalityPlanner`). A node that must run where its inputs are not gets them
 first, copied worker to worker through Dask. The task (:func:`run_node_on_worker`) runs on the
 worker: Nipype's cache check against the home, placement on the worker's tiers, the node, and the
 worker's engine stages the declared outputs home and evicts what nobody needs any more.
@@ -10,33 +10,31 @@ worker's engine stages the declared outputs home and evicts what nobody needs an
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import traceback
-from itertools import count
 from pathlib import Path
 
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph, console
 from sea.config import unknown_key
-from sea.dask_options import DaskOptions
-from sea.engine import sweep_partial_copies
+from sea.dask.locality import LocalityPlanner
+from sea.dask.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
+from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals
 from sea.journal import Journal
-from sea.locality import LocalityPlanner
 from sea.lock import RunLock
-from sea.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
 from sea.ordering import ReadyQueue
 from sea.progress import Progress, Snapshot
 from sea.report import RunReport, announce, merge_reports
+from sea.resume import sweep_partial_copies
 
 from . import _nipype_internals as nx_
+from .dask_tasks import DaskTaskLoop
 from .graph import node_specs
 
 logger = logging.getLogger("sea")
 
 DASK_PLUGIN_ARGS = ("sea", "dask", "status_callback")
-RESULT_TIMEOUT = 60.0  # seconds to fetch a finished task's outcome (a few hundred bytes) from its worker
 WORKER_CHECK_SECONDS = 0.5  # how often the client looks for workers lost or restarted
 
 
@@ -98,7 +96,7 @@ def check_dask_plugin_args(plugin_args) -> dict:
     return plugin_args
 
 
-class SeaDaskPlugin(nx_.EventedTaskLoop):
+class SeaDaskPlugin(DaskTaskLoop):
     """Nipype on Dask distributed, each worker with its own node-local tiers (see the module)."""
 
     def __init__(self, plugin_args=None):
@@ -109,11 +107,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         self.dask = DaskOptions.load(plugin_args.get("dask"))
         super().__init__(plugin_args=plugin_args)
         self.report: RunReport | None = None
-        self._ids = count()
-        self._futures: dict[int, tuple[str, object]] = {}  # taskid -> (key, future)
-        self._outcomes: dict[int, object] = {}  # taskid -> what the task returned, or its exception
         self._keys: dict[int, str] = {}
-        self._client = None
         self.planner: LocalityPlanner | None = None
 
     def run(self, graph, config, updatehash=False):
@@ -127,7 +121,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         specs = node_specs(graph, home, config_.sinks)
         with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
             sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
-            self._client = client
+            self.client = client
             client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
             self._address = self._workers_now()
             self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
@@ -143,7 +137,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
                 stop.quiet()
                 interrupted = stop.received is not None
                 if interrupted:  # nodes not started yet never will; those running are dropped by close_run
-                    client.cancel([future for _, future in self._futures.values()])
+                    client.cancel([future for _, future in self.running().values()])
                 try:
                     outcomes = client.run(close_run, success, interrupted)
                 finally:
@@ -161,14 +155,14 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
     def _progress_snapshot(self) -> Snapshot:
         """What the driver knows: nodes done of the total and those running, by worker (the tiers
         are the workers'; each worker's figures are in the report)."""
-        running = [f"{key}@{self.planner.worker_of(key)}" for key, _ in list(self._futures.values())]
+        running = [f"{key}@{self.planner.worker_of(key)}" for key, _ in self.running().values()]
         return Snapshot(time.monotonic() - self._started, len(self.planner.done), len(self.planner.graph), False, running)
 
     # ------------------------------------------------------------------ workers coming and going
     def _workers_now(self) -> dict[str, str]:
         # asked of the scheduler itself: Client.scheduler_info() returns a cache that Dask's own
         # periodic refresh may replace with one listing no worker at all
-        return self._client.run_on_scheduler(workers_by_name)
+        return self.client.run_on_scheduler(workers_by_name)
 
     def before_submitting(self) -> None:
         if time.monotonic() - self._checked < WORKER_CHECK_SECONDS:
@@ -187,11 +181,7 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         running, again = self.planner.worker_lost(name, committed=lambda key: bool(journal.get(key) and journal[key].flushed))
         logger.warning("[Sea] worker %s was lost: %d running node(s) start again elsewhere, %d finished node(s) whose data was lost run again", name, len(running), len(again))
         jobs = {key: jobid for jobid, key in self._keys.items()}
-        for taskid, (key, future) in list(self._futures.items()):
-            if key in running:
-                future.cancel()
-                del self._futures[taskid]
-                self._outcomes.pop(taskid, None)
+        self.cancel([taskid for taskid, (key, _) in self.running().items() if key in running])
         self.requeue([jobs[key] for key in running | again])
         self._ready.rerank(self._ready.keys())  # the inputs the lost worker held are held no more
 
@@ -214,40 +204,24 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
         if assignment.fetch:
             logger.info("[Sea] %s runs on %s; copying there first: %s", key, assignment.worker, ", ".join(f"{p} from {w}" for p, w in assignment.fetch.items()))
         fetched = {
-            producer: self._client.submit(pack, producer, workers=[self._address[holder]], allow_other_workers=False, pure=False)
+            producer: self.client.submit(pack, producer, workers=[self._address[holder]], allow_other_workers=False, pure=False)
             for producer, holder in assignment.fetch.items()
         }
         consumers = [c for c in self.planner.graph.consumers(key) if c not in self.planner.done]
-        future = self._client.submit(
+        return self.submit_task(
             run_node_on_worker, node, key, fetched, updatehash, consumers,
-            workers=[where], allow_other_workers=False, pure=False, key=f"sea-{node.name}-{next(self._ids)}",
+            tag=key, name=f"sea-{node.name}", workers=[where], allow_other_workers=False,
         )  # fmt: skip
-        taskid = next(self._ids)
-        self._futures[taskid] = (key, future)
-        future.add_done_callback(functools.partial(self._collect, taskid))
-        return taskid
-
-    def _collect(self, taskid: int, future) -> None:
-        """In Dask's callback thread: fetch the outcome at once and let the future go. A finished
-        future kept while its worker dies is recomputed by Dask, on that worker only: never."""
-        try:
-            self._outcomes[taskid] = future.result(timeout=RESULT_TIMEOUT)
-        except BaseException as exc:  # noqa: BLE001 - cancelled, or its worker died before we had the outcome
-            self._outcomes[taskid] = exc
-        self.wake()
-
-    def task_done(self, taskid) -> bool:
-        return taskid in self._outcomes
 
     def _get_result(self, taskid):
-        if taskid not in self._outcomes:
+        outcome = self.take_outcome(taskid)
+        if outcome is None:
             return None
-        key = self._futures[taskid][0]
-        outcome = self._outcomes.pop(taskid)
+        key = self.running()[taskid][0]
         if isinstance(outcome, BaseException):
             worker = self.planner.worker_of(key)
             if worker is not None and self._workers_now().get(worker) != self._address.get(worker):
-                self._outcomes[taskid] = outcome  # its worker is gone: requeued at the next round
+                self.put_back(taskid, outcome)  # its worker is gone: requeued at the next round
                 return None
             self.planner.failed(key)
             return {"result": None, "traceback": traceback.format_exception(outcome)}
@@ -257,9 +231,6 @@ class SeaDaskPlugin(nx_.EventedTaskLoop):
             self.planner.finished(key, outcome["worker"], outcome["size"])
             tell = [self._address[w] for w in self.planner.workers_to_tell(key) if w != outcome["worker"]]
             if tell:
-                self._client.run(finished_elsewhere, key, workers=tell, wait=False)
+                self.client.run(finished_elsewhere, key, workers=tell, wait=False)
         return {"result": None, "traceback": outcome["traceback"]}
 
-    def _clear_task(self, taskid):
-        self._futures.pop(taskid, None)
-        self._outcomes.pop(taskid, None)

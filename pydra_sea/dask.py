@@ -31,13 +31,13 @@ from typing import Any
 import cloudpickle as cp
 
 from sea import SeaConfig, WorkflowGraph
-from sea.dask_options import DaskOptions
-from sea.engine import sweep_partial_copies
+from sea.dask.locality import WorkerRow
+from sea.dask.options import DaskOptions
 from sea.journal import Journal
-from sea.locality import WorkerRow
 from sea.lock import RunLock
 from sea.progress import Progress, Snapshot
 from sea.report import RunReport, announce, combine_tiers, merge_reports
+from sea.resume import sweep_partial_copies
 from sea.tiers import StorageHierarchy
 
 from . import _pydra_internals as px_
@@ -60,20 +60,18 @@ def check_storage(sea: SeaConfig, home: str) -> None:
     StorageHierarchy.build(sea, Path(home)).close()
 
 
-def run_task(job_pkl: bytes, rerun: bool) -> dict:
-    """A task job of the workflow the client expands, in its directory in the home."""
-    from .worker import SeaWorker
+def run_task(job_pkl: bytes, rerun: bool, worker: type) -> dict:
+    """A task job of the workflow the client expands, in its directory in the home; ``worker``:
+    the client's worker class (:class:`~pydra_sea.worker.SeaWorker`, which uses this module)."""
+    return {"result": worker.uncloudpickle_and_run(job_pkl, rerun), "worker": _this_worker()[0]}
 
-    return {"result": SeaWorker.uncloudpickle_and_run(job_pkl, rerun), "worker": _this_worker()[0]}
 
-
-def run_nested_workflow(job_pkl: bytes, sea: SeaConfig, rerun: bool) -> dict:
-    """A nested workflow job, whole, on this worker's tiers (see the module)."""
+def run_nested_workflow(job_pkl: bytes, sea: SeaConfig, rerun: bool, worker: type) -> dict:
+    """A nested workflow job, whole, on this worker's tiers (see the module), by a ``worker``
+    (the client's worker class) of its own."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pydra.engine.submitter import Submitter
-
-    from .worker import SeaWorker
 
     name, machine = _this_worker()
     job = cp.loads(job_pkl)
@@ -85,7 +83,7 @@ def run_nested_workflow(job_pkl: bytes, sea: SeaConfig, rerun: bool) -> dict:
     running.write_text(" ".join([*lost, machine]))
     # a Dask worker's process may not start processes of its own (Dask's workers are daemonic), and
     # it runs one task at a time: the nested workflow's jobs run one by one in a thread of it
-    local = SeaWorker(sea=sea, n_procs=1)
+    local = worker(sea=sea, n_procs=1)
     local.pool.shutdown()
     local.pool, local._machine = ThreadPoolExecutor(1, thread_name_prefix="sea-job"), machine
     with Submitter(worker=local, cache_root=home) as submitter:

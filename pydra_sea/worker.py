@@ -51,12 +51,13 @@ from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, console
 from sea.config import check_whole_number
-from sea.dask_options import DaskOptions
+from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
 from sea.ordering import ReadyQueue
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
+from .dask import DaskRun, run_nested_workflow, run_task
 from .watchdog import Watchdog
 
 logger = logging.getLogger("sea")
@@ -224,21 +225,17 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 self._interrupt.restore()
 
     async def _submit_on_dask(self, job, rerun: bool):
-        from .dask import DaskRun, run_nested_workflow
-
         if self._dask_run is None:  # the top workflow: expanded here, its nodes go to the workers
             with DaskRun(self.dask, self.sea, Path(job.cache_root)) as self._dask_run:
                 try:
                     return await super().submit(job, rerun=rerun)
                 finally:
                     self._dask_run = None
-        return await self._dask_run.run(run_nested_workflow, job, self.sea, rerun)  # whole, on one worker
+        return await self._dask_run.run(run_nested_workflow, job, self.sea, rerun, type(self))  # whole, on one worker
 
     async def run(self, job, rerun: bool = False):
         if self._dask_run is not None:  # a task of the workflow the client expands: in the home
-            from .dask import run_task
-
-            return await self._dask_run.run(run_task, job, rerun)
+            return await self._dask_run.run(run_task, job, rerun, type(self))
         found = self._locate(job)
         if found is None:  # a lone task, not part of a workflow: nothing to place
             return await self._in_process(job, rerun)

@@ -251,7 +251,7 @@ def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:
 def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
     """One report for a run spread over several machines, from each ``(worker, its report)``: their
     figures summed, each tier listed under its worker's name (machines may have the same paths),
-    and one row per worker (``rows``: :class:`sea.locality.WorkerRow`)."""
+    and one row per worker (``rows``: :class:`sea.dask.locality.WorkerRow`)."""
     merged = RunReport()
     reports = []
     for worker, report in parts:

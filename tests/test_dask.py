@@ -78,7 +78,7 @@ def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(cluster, di
 
 
 def nodes_run_here(dask_worker=None) -> int:
-    from sea.node_storage import NAME
+    from sea.dask.node_storage import NAME
 
     engine = dask_worker.plugins[NAME].engine
     return engine.report.nodes_run if engine is not None else 0

@@ -1,9 +1,9 @@
-"""The client-side placement across workers (sea.locality), on graphs of NodeSpecs."""
+"""The client-side placement across workers (sea.dask.locality), on graphs of NodeSpecs."""
 
 from __future__ import annotations
 
+from sea.dask.locality import LocalityPlanner
 from sea.graph import NodeSpec, WorkflowGraph
-from sea.locality import LocalityPlanner
 
 
 def chains(n: int, length: int) -> WorkflowGraph:

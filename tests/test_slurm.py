@@ -33,7 +33,7 @@ from slurm_cluster import single_host_slurm  # noqa: E402
 from example_workflows.incrementation.workflow import build_workflow, make_chunks  # noqa: E402
 from nipype_sea.dask_plugin import check_dask_plugin_args  # noqa: E402
 from sea.config import SeaConfig, SeaConfigError  # noqa: E402
-from sea.dask_options import DaskOptions  # noqa: E402
+from sea.dask.options import DaskOptions  # noqa: E402
 from sea.report import RunReport  # noqa: E402
 
 from conftest import tree_files  # noqa: E402

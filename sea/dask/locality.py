@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .graph import WorkflowGraph
-from .ordering import rank
+from ..graph import WorkflowGraph
+from ..ordering import rank
 
 
 @dataclass

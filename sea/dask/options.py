@@ -7,7 +7,7 @@ Three ways to get workers, as in ``plugin_args={'dask': ...}``::
     {"cluster": "slurm", "jobs": 4, "jobqueue": {"cores": 8, "memory": "32GB", "walltime": "02:00:00",
                                                  "job_extra_directives": ["--tmp=100G"]}}
 
-Each worker is one machine's worth of Sea storage (see :mod:`sea.node_storage`) and runs one task
+Each worker is one machine's worth of Sea storage (see :mod:`sea.dask.node_storage`) and runs one task
 at a time: Nipype runs a node in its directory by changing the process's working directory, so
 two nodes must not share a process. ``cluster: slurm`` therefore asks dask-jobqueue for one
 single-threaded worker process per core (``processes = cores``, ``--nthreads 1``); with a smaller
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .config import SeaConfigError, check_choice, check_positive_number, check_whole_number, unknown_key
+from ..config import SeaConfigError, check_choice, check_positive_number, check_whole_number, unknown_key
 
 
 def slurm_cluster_keys() -> list[str]:

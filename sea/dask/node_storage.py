@@ -22,9 +22,9 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from .config import SeaConfig
-from .engine import SeaEngine, SeaFlushError
-from .graph import NodeSpec, WorkflowGraph
+from ..config import SeaConfig
+from ..engine import SeaEngine, SeaFlushError
+from ..graph import NodeSpec, WorkflowGraph
 
 NAME = "sea-node-storage"
 logger = logging.getLogger("sea")
