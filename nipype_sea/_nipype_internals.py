@@ -310,6 +310,21 @@ def own_inputs(node) -> str:
 
 def paths_read(result) -> list[str]:
     """The absolute paths among the inputs a node ran with (its ``InterfaceResult.inputs``)."""
+    return _absolute_paths(getattr(result, "inputs", None) or {})
+
+
+def paths_given(result) -> list[str]:
+    """The absolute paths among a node's outputs (its ``InterfaceResult.outputs``): what its
+    consumers will read, which may be in its producers' directories (``Merge`` hands them on)."""
+    outputs = getattr(result, "outputs", None)
+    if outputs is None:
+        return []
+    from traits.api import HasTraits
+
+    return _absolute_paths(outputs.get() if isinstance(outputs, HasTraits) else dict(vars(outputs)))  # a MapNode's: a Bunch
+
+
+def _absolute_paths(values) -> list[str]:
     found: list[str] = []
 
     def walk(value) -> None:
@@ -323,7 +338,7 @@ def paths_read(result) -> list[str]:
             for item in value.values():
                 walk(item)
 
-    walk(getattr(result, "inputs", None) or {})
+    walk(values)
     return found
 
 

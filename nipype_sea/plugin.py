@@ -205,7 +205,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.engine.node_cached(key)
         else:
             originals = {copy: original for original, copy in copies.items()}
-            self.engine.node_finished(key, reads=[originals.get(p, p) for p in nx_.paths_read(result)])
+            self.engine.node_finished(key, reads=[originals.get(p, p) for p in nx_.paths_read(result)], gives=nx_.paths_given(result))
 
     def _expect_reads_after(self, node, key: str) -> None:
         """A data grabber (or any node) finished: the shared files it hands its consumers are

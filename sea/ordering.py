@@ -31,6 +31,17 @@ def rank(key: str, graph: WorkflowGraph, input_rank: Callable[[str], int]) -> tu
     return (input_rank(key), -graph.depth(key), graph.index(key))
 
 
+def input_tier_rank(run, key: str) -> int:
+    """The ``input_rank`` of a node of ``run`` (a :class:`sea.run_state.Run`): the index of the
+    fastest tier holding one of its producers' directories; past the last tier when none does."""
+    tiers = run.hierarchy.all
+    ranks = []
+    for producer in run.graph.producers(key):
+        node = run.nodes[producer]
+        ranks.append(tiers.index(node.placement.tier) if node.placement and not node.evicted else len(tiers))
+    return min(ranks, default=len(tiers))
+
+
 def order_ready(keys: Sequence[str], graph: WorkflowGraph, input_rank: Callable[[str], int]) -> list[str]:
     """``keys`` best first (see :func:`rank`); keys the graph does not know last, in their order.
 

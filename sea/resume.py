@@ -12,11 +12,13 @@ checkpoint: same directory, and every directory its results name in the home too
 A reusable node is skipped when it is in the home (a consumer that runs reads it there) or when every
 consumer is skipped (nobody needs its data); otherwise it runs again, and the plan says why. A node
 the journal does not know that has a directory in the home (another plugin's, an older run's) is
-left to the engine's own cache check, as under MultiProc or cf.
+left to the engine's own cache check, as under MultiProc or cf (:func:`admit`). A killed run's
+partial copies are removed first (:func:`sweep_partial_copies`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ from pathlib import Path
 
 from .graph import WorkflowGraph
 from .journal import Journal, NodeRecord
+from .run_state import NodeState, Run
+from .stager import sweep_temporaries
 
 REUSED = "reused"  # Sea's journal: done with the same inputs, skipped
 CHANGED = "changed"  # never finished, or its inputs or code changed since
@@ -130,3 +134,50 @@ def checkpoint_identity(directory: Path) -> int:
 
 def _real_dir(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
+
+
+def sweep_partial_copies(graph: WorkflowGraph, home: Path, log: logging.Logger) -> None:
+    """Remove the temporary copies a killed run left in the home and the sinks' destinations. A
+    run spread over machines does it once, on its client, before any machine starts flushing."""
+    destinations = {s.sink_destination for s in graph.nodes.values() if s.sink_destination is not None}
+    swept = sum(sweep_temporaries(root) for root in {Path(home), *destinations} if root.is_dir())
+    if swept:
+        log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
+
+
+def admit(run: Run, keys: list[str]) -> None:
+    """Track new nodes; remove the links a killed run left at their paths; note those known
+    absent. A directory at a node's path (another plugin's, an earlier run's, a checkpoint) is
+    the engine's cache: it is never removed; the engine's own check decides whether the node
+    runs, and a node that runs again replaces it with its new directory, as the engine would."""
+    present = _entries_in_home(run, keys)
+    for key in keys:
+        run.nodes[key] = NodeState(spec=run.graph.nodes[key], consumers_left=set(run.graph.consumers(key)))
+        if key in run.skip:
+            continue
+        if present.get(key) == "link":
+            (run.home / key).unlink(missing_ok=True)  # a link into a tier of a run that was killed
+        elif key in present:
+            run.home_dirs.add(key)
+            continue
+        run.fresh.add(key)
+
+
+def _entries_in_home(run: Run, keys: list[str]) -> dict[str, str]:
+    """What exists at each node's path in the home ("link" or "dir"), one listing per parent
+    directory: on a shared filesystem every metadata operation is a round trip to its server."""
+    found: dict[str, str] = {}
+    by_parent: dict[Path, list[str]] = {}
+    for key in keys:
+        by_parent.setdefault((run.home / key).parent, []).append(key)
+    for parent, keys in by_parent.items():
+        try:
+            entries = {e.name: e for e in os.scandir(parent)}
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        run.known_dirs.add(parent)
+        for key in keys:
+            entry = entries.get(Path(key).name)
+            if entry is not None:
+                found[key] = "link" if entry.is_symlink() else "dir"
+    return found

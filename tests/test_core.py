@@ -218,3 +218,21 @@ def test_nodes_added_during_the_run_are_evicted_only_once_sealed(disk_dir, shm_d
     report = engine.close()
     assert report.nodes_total == 2 and report.nodes_run == 2
     assert not any(shm_dir.iterdir()), "tier not empty at the end"
+
+
+def test_a_directory_handed_on_stays_until_the_readers_of_the_node_that_handed_it_on_finished(disk_dir, shm_dir):
+    """m's results name a file in a's directory (m passes its input on): m's consumer c reads it
+    there, so a's directory stays past m's end, until c finished."""
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), disk_dir / "home")
+    specs = [NodeSpec("w/a"), NodeSpec("w/m", upstream=(("w/a", "x"),)), NodeSpec("w/c", upstream=(("w/m", "x"),))]
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    a = engine.place("w/a")
+    (a.physical / "f.txt").write_text("x")
+    engine.node_finished("w/a")
+    engine.place("w/m")
+    engine.node_finished("w/m", gives=[str(a.physical / "f.txt")])
+    assert engine.physical_dir("w/a") == a.physical and (a.physical / "f.txt").exists(), "evicted while m's consumer still reads it"
+    engine.place("w/c")
+    engine.node_finished("w/c")
+    assert engine.physical_dir("w/a") is None and not a.physical.exists()
+    engine.close()

@@ -134,3 +134,36 @@ def test_nipype_suite_through_sea(size, restore_nipype_config):
         sys.path.remove(str(HERE / "peer"))
     assert nipype_suite.main(["--smoke"] if size == "smoke" else []) == 0
 
+
+
+def _write(tag):
+    import os
+
+    with open(f"{tag}.txt", "w") as fh:
+        fh.write(tag)
+    return os.path.abspath(f"{tag}.txt")
+
+
+def _concatenate(files):
+    return "".join(open(f).read() for f in files)
+
+
+def test_a_node_that_hands_its_inputs_on_keeps_their_directories_for_its_consumers(disk_dir, shm_dir):
+    """Nipype's Merge passes its inputs' paths on: its consumer reads files in the directories of
+    Merge's producers, which are not its own producers. Sea kept them only until Merge finished
+    (the consumer then failed with FileNotFoundError, where MultiProc succeeds); they stay until
+    the consumer finished."""
+    from nipype.interfaces.utility import Merge
+
+    results = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf = Workflow(name="handed_on", base_dir=str(disk_dir / plugin))
+        merged = Node(Merge(3), name="merged")
+        for i in range(3):
+            wf.connect(fn(f"write{i}", _write, ["tag"], ["out"]), "out", merged, f"in{i + 1}")
+            wf.get_node(f"write{i}").inputs.tag = f"part{i}"
+        wf.connect(merged, "out", fn("read", _concatenate, ["files"], ["out"]), "files")
+        graph = run(wf, plugin, {"tiers": [{"path": str(shm_dir)}]} if plugin == "SeaMultiProc" else None)
+        results[plugin] = next(node.get_output("out") for node in graph.nodes() if node.name == "read")
+    assert results == {"MultiProc": "part0part1part2", "SeaMultiProc": "part0part1part2"}
+    assert list(shm_dir.iterdir()) == []

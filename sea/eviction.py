@@ -1,0 +1,144 @@
+"""When a node's directory leaves its tier: once every consumer finished and every copy of it home
+committed, never earlier (:meth:`Evictor.maybe_evict`).
+
+A directory that ran in the home and is kept there (a checkpoint) is not removed: once its
+consumers finished, the paths its results give into tiers are rewritten for the home and the
+journal vouches for it. One that spilled to the home is an intermediate there too, removed as
+Nipype's ``remove_node_directories`` would. The caller holds ``Run.lock``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from .resume import checkpoint_identity
+from .run_state import NodeState, Run, State
+
+
+class Evictor:
+    def __init__(self, run: Run):
+        self.run = run
+        self._lent: dict[str, set[str]] = {}  # reader -> nodes whose files it reads through another's results
+
+    def release_producers(self, key: str) -> None:
+        """``key`` will not read its producers any more (nor the directories its producers handed
+        on to it): those nothing else needs go."""
+        for producer in [*self.run.graph.producers(key), *self._lent.pop(key, ())]:
+            self.run.nodes[producer].consumers_left.discard(key)
+            self.maybe_evict(producer)
+
+    def hand_on(self, key: str, paths: Iterable[str]) -> None:
+        """``key`` finished, and its results name ``paths``: those in other nodes' directories (a
+        node that passes its inputs on, as Nipype's ``Merge`` or ``Select``) are read by ``key``'s
+        consumers, so those directories stay until they finished too."""
+        run = self.run
+        readers = run.nodes[key].consumers_left
+        if not readers:
+            return
+        for owner in {run.owner_of(path) for path in paths} - {None, key}:
+            lender = run.nodes.get(owner)
+            if lender is None or lender.evicted or lender.part_of is not None:
+                continue
+            for reader in readers - lender.consumers_left:
+                lender.consumers_left.add(reader)
+                self._lent.setdefault(reader, set()).add(owner)
+
+    def maybe_evict(self, key: str) -> None:
+        """Evict once every consumer finished and every flush committed; never earlier."""
+        run = self.run
+        node = run.nodes[key]
+        if (
+            node.evicted
+            or node.keep
+            or node.state is not State.FINISHED
+            or node.consumers_left
+            or node.open_ended
+            or node.flushes_pending
+            or node.flush_failed
+        ):
+            return
+        if node.part_of is not None:
+            return  # evicted with its owner
+        p = node.placement
+        if node.replica:
+            run.hierarchy.remove(p.physical)
+            run.hierarchy.release(p.tier, used=node.size)
+            node.evicted = True
+            return
+        if p.tier.is_home and node.checkpoint:  # it ran in the home, and stays
+            if not node.home_recorded:
+                self._record_home_dir(node)
+            return
+        for part in run.separate_parts(node):
+            run.hierarchy.remove(part.placement.physical)
+        for part_key in node.parts:
+            part = run.nodes[part_key]
+            if part.placement is not None:
+                run.hierarchy.release(part.placement.tier, used=part.size)
+                part.evicted = True
+        if p.tier.is_home:  # spilled there: an intermediate like any other
+            run.hierarchy.remove(p.physical)
+            run.hierarchy.release(p.tier, used=node.size)
+        else:
+            if p.logical.is_symlink():
+                p.logical.unlink()  # the link Sea made
+            run.hierarchy.remove(p.physical)
+            if p.staging_root is not None:
+                run.hierarchy.remove(p.staging_root)
+            run.hierarchy.release(p.tier, used=node.size)
+        node.evicted = True
+        run.sample()
+        if not node.home_recorded:
+            run.journal.write("evicted", key)
+
+    def evict_all(self) -> None:
+        """The run ended: whatever may go, goes."""
+        for key in self.run.nodes:
+            self.maybe_evict(key)
+
+    def _record_home_dir(self, node: NodeState) -> None:
+        """A node that ran in the home keeps its directory there: once its consumers finished, the
+        paths its results give into tiers (its producers') are rewritten for the home, and the
+        journal records the directory as a checkpoint."""
+        node.home_recorded = True  # tried once
+        if self.run.relocate is not None:
+            try:
+                self.relocate(node, node.placement.physical)
+            except Exception as error:  # noqa: BLE001 - then the journal does not vouch for it
+                self.run.log.warning("[Sea] %s stays in the home, but its results could not be rewritten (%s)", node.spec.key, error)
+                return
+        self.record_checkpoint(node)
+
+    def relocate(self, node: NodeState, directory: Path) -> None:
+        """Rewrite the paths the results in ``directory`` (the node's, or its copy on its way home)
+        give into tiers for the home (the adapter's ``relocate``), and note which other nodes'
+        directories they name: those must be in the home too for this one to be reused."""
+        run = self.run
+        moves = {tier.workdir: run.home for tier in run.hierarchy.fast_tiers}
+        moves[run.home / ".sea" / "parts"] = run.home
+        if node.placement.staging_root is not None:  # a sink's outputs, at their destinations
+            moves[node.placement.staging_root] = Path("/")
+        node.needs = self._needs(node.spec.key, run.relocate(directory, moves))
+
+    def _needs(self, key: str, named: Iterable[str]) -> tuple[str, ...]:
+        """The other nodes whose directories the paths a node's results name are in."""
+        needs = set()
+        for path in map(Path, named):
+            if path.is_relative_to(self.run.home):
+                owner = self.run.graph.owner(str(path.relative_to(self.run.home)))
+                if owner is not None and owner != key:
+                    needs.add(owner)
+        return tuple(sorted(needs))
+
+    def record_checkpoint(self, node: NodeState) -> None:
+        """The journal vouches for the node's directory in the home (a rerun may reuse it)."""
+        record = self.run.journal.get(node.spec.key)
+        if record is None or not record.done:  # a failed node's directory, brought home to inspect
+            return
+        try:
+            mtime_ns = checkpoint_identity(node.placement.logical)
+        except OSError:
+            return
+        node.home_recorded = True
+        self.run.journal.write("checkpointed", node.spec.key, mtime_ns=mtime_ns, needs=list(node.needs))

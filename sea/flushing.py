@@ -1,0 +1,275 @@
+"""What goes home, in which order, and how its copy takes its place (the stager does the copying).
+
+When a node finishes (:meth:`Flusher.schedule`): a sink's declared outputs, waiting in its staging
+area on a tier, go to their destinations; a node directory goes home whole when it is a checkpoint
+(:mod:`sea.checkpoint`), what the workflow made (nothing consumes it), or when a rule says so
+(``rules``: per file, ``move``, ``copy``, ``keep`` or ``remove``). A directory's files are copied
+beside its path in the home and put in place by one rename once all committed
+(:meth:`Flusher.dir_committed`), so a partial copy never looks complete. Declared outputs go first,
+then directories that must go home, then ``auto``'s checkpoints (which a run's end abandons).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from .config import Checkpoints, Mode, Rule, SeaConfigError
+from .eviction import Evictor
+from .graph import WorkflowGraph
+from .placement import Placer
+from .run_state import NodeState, Run, State
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, temporary_name, walk_files
+
+# files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
+_PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
+
+
+class Flusher:
+    """The stager's copies of one run: submitted under ``Run.lock`` by the caller; their commit
+    callbacks (:meth:`sink_committed`, :meth:`dir_committed`, in a stager thread) take it."""
+
+    def __init__(self, run: Run, evictor: Evictor, placer: Placer):
+        self.run = run
+        self.evictor = evictor
+        self.placer = placer
+
+    # ---------------------------------------------------------------- rules
+    def check_rules(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = ()) -> None:
+        """A rule that matches no path the workflow can produce is a mistake: say so before any node runs."""
+        anchors = [*graph.nodes, *keys_like]
+        probes = [f"{key}/{name}" for key in anchors for name in _PROBE_NAMES]
+        for spec in graph.nodes.values():
+            if spec.sink_destination is not None:
+                dest = self._rule_path(spec.sink_destination / "x")
+                probes.append(dest)
+                anchors.append(str(Path(dest).parent))
+        for i, rule in enumerate(self.run.config.rules):
+            if any(rule.matches(p) for p in probes):
+                continue
+            prefix = _literal_prefix(rule)
+            if any(a.startswith(prefix) or prefix.startswith(a) for a in anchors):
+                self.run.log.warning("[Sea] rules[%d] %r matches no file known before the run; it may match files made at run time", i, rule.pattern)
+                continue
+            example = next(iter(anchors), "wf/node")
+            raise SeaConfigError(
+                f"rules[{i}]: pattern {rule.pattern!r} matches no path this workflow can produce "
+                f"(paths are relative to the home, like {example + '/_report/report.rst'!r}); fix the pattern or remove the rule"
+            )
+
+    def _rule_path(self, path: Path) -> str:
+        path = Path(path)
+        return str(path.relative_to(self.run.home)) if path.is_relative_to(self.run.home) else str(path)
+
+    def _mode(self, relpath: str, default: Mode) -> Mode:
+        for rule in self.run.config.rules:
+            if rule.matches(relpath):
+                return rule.mode
+        return default
+
+    # ---------------------------------------------------------------- copies home
+    def schedule(self, node: NodeState) -> None:
+        """The node finished: submit what of it goes home."""
+        run, p, key = self.run, node.placement, node.spec.key
+        if node.spec.sink_destination is not None and p.staging_root is None:
+            run.journal.write("committed", key, files=[])  # a sink that ran at home wrote its outputs itself
+        if p.staging_root is not None:
+            files = []
+            for src in walk_files(p.staging_root, empty_dirs=True):
+                dst = Path("/") / src.relative_to(p.staging_root)
+                mode = self._mode(self._rule_path(dst), Mode.MOVE)
+                if mode.flushes:
+                    files.append((src, dst))
+                node.keep |= mode is Mode.KEEP
+            self.submit(node, FlushBatch(key, files, self.sink_committed))
+        if p.tier.is_home:
+            return
+        default = Mode.COPY if node.checkpoint else Mode.REMOVE
+        files, all_files = [], 0
+        copy_dir = p.logical.parent / temporary_name(p.logical.name, "dir")
+        for src, rel in self.node_files(node):
+            all_files += 1
+            mode = self._mode(f"{key}/{rel}", default)
+            node.keep |= mode is Mode.KEEP
+            if mode.flushes:
+                files.append((src, copy_dir / rel))
+        if files:
+            node.home_copy = copy_dir
+            node.home_copy_complete = len(files) == all_files
+            # a directory the workflow delivers goes with the declared outputs; one that must go home
+            # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
+            self.submit(node, FlushBatch(key, files, self.dir_committed), self._priority(node))
+
+    def is_result(self, node: NodeState) -> bool:
+        """Nothing consumes the node: its results are what the workflow made (what a user reads
+        after the run, where a later run's cache check finds them), so its directory goes home like a
+        declared output. Not a sink's: a sink's result is what it delivers."""
+        return (
+            not self.run.graph.consumers(node.spec.key)
+            and not node.open_ended
+            and node.part_of is None
+            and node.spec.sink_destination is None
+            and not node.spec.persist_dir
+        )
+
+    def _priority(self, node: NodeState) -> int:
+        if node.spec.persist_dir:
+            return DECLARED
+        if self.run.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.key in self.run.home_dirs or self.is_result(node)):
+            return CHECKPOINT
+        return KEPT
+
+    def node_files(self, node: NodeState):
+        """(file, path relative to the node directory) for the node and its separate parts."""
+        p = node.placement
+        separate = self.run.separate_parts(node)
+        links = {p.physical / Path(part.spec.key).relative_to(node.spec.key) for part in separate}
+        for src in walk_files(p.physical, empty_dirs=True):
+            if src not in links:
+                yield src, src.relative_to(p.physical)
+        for part in separate:
+            prefix = Path(part.spec.key).relative_to(node.spec.key)
+            for src in walk_files(part.placement.physical, empty_dirs=True):
+                yield src, prefix / src.relative_to(part.placement.physical)
+
+    def submit(self, node: NodeState, batch: FlushBatch, priority: int = DECLARED) -> None:
+        if batch.files and batch.files[0][1].is_relative_to(self.run.home):
+            self.run.check_home()  # the copy would make a new home in place of one moved away
+        node.flushes_pending += 1
+        self.run.stager.submit(batch, priority)
+
+    # ---------------------------------------------------------------- commits (stager threads)
+    def _settle_batch(self, batch: FlushBatch) -> NodeState:
+        run = self.run
+        node = run.nodes[batch.key]
+        node.flushes_pending -= 1
+        run.report.bytes_flushed += batch.bytes
+        run.report.files_flushed += len(batch.committed)
+        run.report.bytes_written_home += batch.bytes
+        run.report.files_created_home += len(batch.committed)
+        run.report.flush_retries += batch.retries
+        for nbytes, seconds in batch.timings:
+            run.checkpoints.cost.observe(nbytes, seconds)
+        if batch.errors:
+            node.flush_failed = True
+            run.report.flush_errors.extend(batch.errors)
+        run.sample()
+        return node
+
+    def sink_committed(self, batch: FlushBatch) -> None:
+        run = self.run
+        with run.lock:
+            self._settle_batch(batch)
+            run.report.without_sea_files_home += len(batch.committed)  # a sink writes them home either way
+            run.report.without_sea_bytes_home += batch.bytes
+            if not batch.errors:
+                files = [[str(dst), size, mtime] for dst, size, mtime in batch.committed]
+                run.journal.write("committed", batch.key, files=files)
+            self.evictor.maybe_evict(batch.key)
+        run.wake()
+
+    def dir_committed(self, batch: FlushBatch) -> None:
+        run = self.run
+        node = run.nodes[batch.key]
+        gone = [dst for dst, _, _ in batch.committed if not os.path.lexists(dst)]
+        if gone:  # the copy's directory was removed under it: putting it in place would lose files
+            batch.committed = [c for c in batch.committed if c[0] not in gone]
+            batch.errors.append(f"{gone[0]}: removed from the home while {node.home_copy} was being committed")
+        if run.relocate is not None and not batch.errors and node.home_copy_complete:
+            try:
+                self.evictor.relocate(node, node.home_copy)
+            except Exception as error:  # the copy would not be right: keep the tier's, report it
+                batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
+        if batch.abandoned and not batch.errors:  # the run ended before the copy was done: no checkpoint
+            shutil.rmtree(node.home_copy, ignore_errors=True)
+            node.home_copy, node.checkpoint = None, False
+            with run.lock:
+                run.checkpoints.abandoned(batch.key)
+                run.report.checkpoints_abandoned += 1
+                run.report.checkpoint_files_dropped += len(batch.committed)  # written home, then removed
+        elif batch.errors and node.home_copy is not None:
+            # the directory goes home whole or not at all: drop the copy, the tier's is kept
+            shutil.rmtree(node.home_copy, ignore_errors=True)
+            batch.committed = []  # none of it reached its final path
+        elif node.home_copy is not None:
+            # at its path at once, while its consumers still read the tier's (a run killed now
+            # resumes from it); nothing evicts the node before the batch is settled below
+            p = node.placement
+            if p.logical.is_symlink():
+                p.logical.unlink()  # the link Sea made
+            _swap_in(node.home_copy, p.logical)
+            node.home_copy = None
+            if node.home_copy_complete:
+                self.evictor.record_checkpoint(node)
+        with run.lock:
+            self._settle_batch(batch)
+            if node.checkpoint and node.home_recorded and not node.spec.persist_dir:
+                run.report.checkpoints += 1
+                run.report.checkpoint_bytes += batch.bytes
+                run.report.checkpoint_files += len(batch.committed)
+            self.evictor.maybe_evict(batch.key)
+        run.wake()
+
+    # ---------------------------------------------------------------- the run's end
+    def forget_failed(self) -> None:
+        """The home was moved away under copies going into it: they failed because of the move (their
+        destination vanished), so their nodes are dropped as running ones are, and run again once the
+        home is moved back; the run ends in SeaHomeMoved, not SeaFlushError."""
+        run = self.run
+        failed = [n for n in run.nodes.values() if n.flush_failed]
+        run.log.warning("[Sea] %d copies home failed as the work directory moved (first: %s); their nodes will run again", len(failed), run.report.flush_errors[0])
+        run.report.flush_errors.clear()
+        for node in failed:
+            node.flush_failed = False
+            node.state = State.FAILED if node.state is State.FINISHED else node.state
+            if node.placement is not None and not node.placement.tier.is_home and not node.part_of:
+                self.placer.drop_with_parts(node)
+
+    def settle_unfinished(self, interrupted: bool, moved: str | None) -> None:
+        """The run is over: the directories of nodes still running are dropped when it was
+        interrupted (they run again); those of nodes that failed (or were running) come home to
+        inspect, unless there is no home to bring them to (then they run again)."""
+        for node in self.run.nodes.values():
+            node.consumers_left.clear()  # nothing runs any more
+            node.open_ended = False
+            if interrupted and node.state is State.RUNNING and node.placement is not None and not node.part_of:
+                for part in self.run.separate_parts(node):
+                    self.placer.drop(part)
+                if not node.placement.tier.is_home:
+                    self.placer.drop(node)
+                continue
+            if node.state in (State.FAILED, State.RUNNING) and node.placement and not node.placement.tier.is_home and not node.part_of:
+                copy = node.placement.logical.parent / temporary_name(node.placement.logical.name, "dir")
+                files = [(f, copy / rel) for f, rel in self.node_files(node)]
+                if moved is not None:  # no home to bring it to: it runs again
+                    self.placer.drop_with_parts(node)
+                    continue
+                if not files:  # stopped before it wrote anything: nothing to inspect
+                    self.placer.drop(node)
+                    continue
+                node.state = State.FINISHED  # bring a crashed node's directory home to inspect
+                node.home_copy, node.home_copy_complete = copy, True
+                self.submit(node, FlushBatch(node.spec.key, files, self.dir_committed))
+
+
+def _swap_in(copy: Path, logical: Path) -> None:
+    """Put a node directory's complete copy at its path in the home, in place of the directory an
+    earlier run left there (which the engine would have emptied to run the node again there)."""
+    old = None
+    if os.path.lexists(logical):
+        old = logical.parent / temporary_name(logical.name, "old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(logical, old)
+    os.rename(copy, logical)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _literal_prefix(rule: Rule) -> str:
+    if rule.pattern.startswith("re:"):
+        match = re.match(r"[^.^$*+?{}\[\]\\|()]*", rule.pattern[3:].removeprefix("^"))
+    else:
+        match = re.match(r"[^*?\[]*", rule.pattern)
+    return match.group(0) if match else ""

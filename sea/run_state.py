@@ -1,0 +1,203 @@
+"""What one run's duties share: each node's state, the home and its tiers, the journal, the report.
+
+:class:`SeaEngine` (the seam) owns a :class:`Run` and hands it to the collaborators that do the
+work, each in its own module: :mod:`sea.placement` (where a node's directory goes),
+:mod:`sea.ordering` (which ready node starts first), :mod:`sea.flushing` (what goes home, and
+when its copy is in place), :mod:`sea.eviction` (when a directory leaves its tier) and
+:mod:`sea.resume` (what a rerun finds). They change the run's state only under ``Run.lock``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .checkpoint import CheckpointPolicy
+from .config import SeaConfig
+from .console import SeaError
+from .estimate import SizeEstimator
+from .graph import NodeSpec, WorkflowGraph
+from .journal import Journal
+from .report import RunReport
+from .stager import Stager, walk_files
+from .tiers import StorageHierarchy, Tier
+
+MAX_SAMPLES = 4000  # points kept in the report's tier-usage timeline
+
+
+class SeaFlushError(SeaError, RuntimeError):
+    """A declared output could not be committed home; its fast-tier copy is kept."""
+
+
+class SeaHomeMoved(SeaError, RuntimeError):
+    """The work directory (the home) was moved, renamed or removed while the run went on: Sea stops
+    rather than make a new one in its place (a user's ``mv``, a cleanup of a job's directory)."""
+
+
+class State(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CACHED = "cached"  # the engine's own cache check found it done in the home
+    SKIPPED = "skipped"  # Sea's resume plan found it done
+    FAILED = "failed"
+
+
+@dataclass
+class Placement:
+    """Where a node runs: ``logical`` (in the home, what the engine records) links to ``physical``."""
+
+    key: str
+    logical: Path
+    physical: Path
+    tier: Tier
+    reserved: int
+    staging: Path | None = None  # a sink's base_directory: it writes its declared outputs here
+    staging_root: Path | None = None  # staging mirrors absolute paths: <root>/<destination path>
+
+
+@dataclass
+class NodeState:
+    spec: NodeSpec
+    consumers_left: set[str]
+    state: State = State.WAITING
+    placement: Placement | None = None
+    size: int = 0
+    flushes_pending: int = 0
+    flush_failed: bool = False
+    home_copy: Path | None = None  # node files on their way home, put at its path once all committed
+    home_copy_complete: bool = False  # ... all of them (no rule left any out)
+    keep: bool = False
+    evicted: bool = False
+    tried: set[str] = field(default_factory=set)
+    started: float = 0.0
+    finished: float = 0.0
+    open_ended: bool = False  # more consumers may still be added (see SeaEngine.add_nodes)
+    checkpoint: bool = False  # its directory goes home (sea.checkpoint), or stays there if it ran there
+    in_place: bool = False  # it runs in its directory in the home, which was there before the run
+    home_recorded: bool = False  # the journal says its directory is in the home (a checkpoint)
+    needs: tuple[str, ...] = ()  # other nodes whose directories its results name
+    replica: bool = False  # a copy of a directory made on another machine, for consumers here
+    part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
+    parts: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Run:
+    """One run of one workflow, as its duties see it. ``relocate`` and ``wake`` are the adapter's
+    (see :class:`SeaEngine`)."""
+
+    config: SeaConfig
+    home: Path
+    log: logging.Logger
+    hierarchy: StorageHierarchy
+    estimator: SizeEstimator
+    checkpoints: CheckpointPolicy
+    stager: Stager
+    journal: Journal
+    report: RunReport
+    relocate: Callable[[Path, dict[Path, Path]], Iterable[str]] | None = None
+    wake: Callable[[], None] = lambda: None
+    graph: WorkflowGraph = field(default_factory=WorkflowGraph)
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    skip: set[str] = field(default_factory=set)  # nodes the resume plan found done
+    fresh: set[str] = field(default_factory=set)  # nodes with nothing in the home: their path needs no clearing
+    home_dirs: set[str] = field(default_factory=set)  # nodes with a directory in the home before the run: never removed
+    created_dirs: set[Path] = field(default_factory=set)
+    known_dirs: set[Path] = field(default_factory=set)  # directories of the home known to exist
+    running: dict[str, str] = field(default_factory=dict)  # key -> name, of nodes running now
+    start: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        st = os.stat(self.home)
+        self._home_identity = (st.st_dev, st.st_ino)  # see home_moved
+
+    @property
+    def lock(self):
+        return self.hierarchy.lock
+
+    def separate_parts(self, node: NodeState) -> list[NodeState]:
+        """Parts placed away from their owner's directory (reached through a link in it)."""
+        return [
+            self.nodes[k]
+            for k in node.parts
+            if self.nodes[k].placement is not None and not self.nodes[k].placement.physical.is_relative_to(node.placement.physical)
+        ]
+
+    def owner_of(self, path: str | Path) -> str | None:
+        """The node whose directory holds ``path`` (in the home, or on a tier), if any."""
+        path = Path(path)
+        for root in [self.home] + [t.workdir for t in self.hierarchy.fast_tiers]:
+            if path.is_relative_to(root):
+                return self.graph.owner(str(path.relative_to(root)))
+        return None
+
+    def sample(self) -> None:
+        """One point of the tier-usage timeline (bytes held per fast tier, stager queue)."""
+        timeline = self.report.timeline
+        timeline.append([round(time.monotonic() - self.start, 3), [t.used for t in self.hierarchy.fast_tiers], self.stager.queue_length])
+        if len(timeline) > MAX_SAMPLES:
+            del timeline[1:-1:2]  # halve the resolution, keep the first and last points
+
+    # ---------------------------------------------------------------- the home
+    def makedirs(self, path: Path) -> None:
+        missing = []
+        while path not in self.known_dirs and not path.exists():
+            missing.append(path)
+            path = path.parent
+        if missing:
+            self.check_home()  # never a new home in place of one moved away
+        for p in reversed(missing):
+            p.mkdir(exist_ok=True)
+            self.created_dirs.add(p)
+        self.known_dirs.update(missing)
+        self.known_dirs.add(path)
+
+    def home_moved(self) -> str | None:
+        """``None`` while the home is the directory the run started in; else where it is now (the
+        journal, held open, moved with it), or ``""`` if it is gone."""
+        try:
+            st = os.stat(self.home)
+            if (st.st_dev, st.st_ino) == self._home_identity:
+                return None
+        except OSError:
+            pass
+        now = self.journal.current_path()
+        return str(now.parent.parent) if now is not None else ""
+
+    def home_moved_message(self, now: str) -> str:
+        return (
+            f"the work directory {str(self.home)!r} was moved or removed during the run"
+            + (f" (it is now {now!r})" if now else "")
+            + "; Sea stopped rather than make a new one in its place: move it back, and the same command resumes the run"
+        )
+
+    def check_home(self) -> None:
+        """Raise :class:`SeaHomeMoved` if the home is no longer the directory the run started in."""
+        now = self.home_moved()
+        if now is not None:
+            raise SeaHomeMoved(self.home_moved_message(now))
+
+    def prune_created_dirs(self) -> None:
+        for path in sorted(self.created_dirs, key=lambda p: len(p.parts), reverse=True):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def disk_usage(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path``, not following links."""
+    total = files = 0
+    for f in walk_files(path):
+        try:
+            total += f.lstat().st_size
+            files += 1
+        except FileNotFoundError:
+            pass
+    return total, files
