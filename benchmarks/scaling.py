@@ -6,7 +6,8 @@
 The workload is issue 19's: N iterable Function nodes that each double a number, joined by one
 JoinNode (Nipype); for Pydra, one task split over N values and combined, then a total. Nodes do
 no I/O to speak of, so the time is the plugin's own: the scheduling loop, hashing, bookkeeping.
-n_procs 2, Sea's tier /dev/shm, MultiProc with the tuned 0.05 s poll. Each run is a fresh process
+n_procs 2, Sea's tier /dev/shm, MultiProc with the tuned 0.05 s poll. SeaDask's row is its client
+side alone, on a stand-in client whose tasks end as they are submitted (no node runs). Each run is a fresh process
 in fresh directories, timed around ``workflow.run`` / the Submitter call. A plugin that took more
 than ``--cap`` seconds at one N is not run at larger ones. Results: ``<out>/scaling-<size>.md``
 and ``.json``, with ms per node and each size's time over the previous size's.
@@ -26,7 +27,7 @@ from pathlib import Path
 from benchmarks.run import REPO_ROOT, describe_machine
 
 SIZES = {"smoke": (20, 60), "part": (200, 1000, 2000), "full": (200, 500, 1000, 2000, 5000, 20000)}
-PLUGINS = ("MultiProc", "SeaMultiProc", "cf", "sea")  # Nipype's two, then Pydra's two workers
+PLUGINS = ("MultiProc", "SeaMultiProc", "SeaDask", "cf", "sea")  # Nipype's three (SeaDask: its client side), then Pydra's two workers
 TIER = "/dev/shm"
 
 
@@ -72,7 +73,7 @@ def pydra_fan(n: int):
 
 def one_run(plugin: str, n: int, root: Path) -> dict:
     """In the worker process: build, run, time."""
-    if plugin in ("MultiProc", "SeaMultiProc"):
+    if plugin in ("MultiProc", "SeaMultiProc", "SeaDask"):
         wf = nipype_fan(n, root / "work")
         runner, waits = _timed_nipype_plugin(plugin)
         start = time.perf_counter()
@@ -92,11 +93,36 @@ def one_run(plugin: str, n: int, root: Path) -> dict:
     return {"seconds": seconds, "nodes": n + 1}
 
 
+def _fake_cluster_plugin():
+    """SeaDask with a stand-in for ``distributed.Client`` (:class:`benchmarks.dask_bench.FakeClient`,
+    3 workers): each task ends as soon as it is submitted, pickled as the real client would; no node
+    runs. What is timed is SeaDask's client side: the graph, the locality planner, the loop."""
+    import contextlib
+
+    from benchmarks.dask_bench import FakeClient
+    from nipype_sea.dask_plugin import SeaDaskPlugin
+
+    fake = FakeClient(3)
+
+    class FakeOptions:
+        busy_threshold = 4
+
+        @contextlib.contextmanager
+        def client(self):
+            yield fake
+
+    runner = SeaDaskPlugin(plugin_args={"sea": {"tiers": [{"path": TIER}], "progress": "off"}, "dask": {"address": "tcp://fake:8786"}})
+    runner.dask = FakeOptions()
+    return runner, lambda: (runner.loop_seconds, runner.waited_seconds)
+
+
 def _timed_nipype_plugin(plugin: str):
     """The plugin, and a function giving (seconds in its scheduling loop, of which waiting for
     workers) after the run: the rest is the plugin's own work in this process. SeaMultiProc
     measures its loop itself; MultiProc's loop is ``DistributedPluginBase.run``, whose waits are
     its ``sleep`` between rounds (counted here by wrapping it)."""
+    if plugin == "SeaDask":
+        return _fake_cluster_plugin()
     if plugin == "SeaMultiProc":
         from nipype_sea import SeaMultiProcPlugin
 
@@ -158,7 +184,8 @@ def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
         f"# Scheduler scaling, {size}: a fan-out/fan-in of N trivial nodes, n_procs 2, Sea's tier {TIER}",
         "",
         f"One run per cell, each in a fresh process. Machine: {machine.nproc} cores, kernel {machine.kernel}, Python {machine.python}, "
-        f"nipype {machine.nipype}, commit {machine.repo_commit}, {machine.date}. A plugin over {cap:.0f} s at one N is not run at larger ones.",
+        f"nipype {machine.nipype}, commit {machine.repo_commit}, {machine.date}. A plugin over {cap:.0f} s at one N is not run at larger ones. "
+        "SeaDask's cells are its client side alone: a stand-in client whose tasks end as they are submitted (no node runs).",
         "",
         "| N | " + " | ".join(f"{p} (s)" for p in plugins) + " | " + " | ".join(f"{p} ms/node" for p in plugins) + " |",
         "|--:|" + "--:|" * (2 * len(plugins)),

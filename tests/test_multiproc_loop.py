@@ -93,6 +93,7 @@ def test_a_job_needing_more_than_there_is_fails_before_any_node_unless_told_to_r
 def test_a_node_run_without_submitting_runs_in_this_process_and_feeds_its_consumer(disk_dir, shm_dir):
     for plugin in ("MultiProc", "SeaMultiProc"):
         wf = Workflow("here", base_dir=str(disk_dir / plugin))
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
         here = Node(Function(input_names=["x"], output_names=["out"], function=pid_of), name="here", run_without_submitting=True)
         here.inputs.x = 0
         after = Node(Function(input_names=["x"], output_names=["out"], function=same), name="after")
@@ -109,6 +110,7 @@ def test_a_mapnode_whose_inputs_cannot_be_split_fails_the_run(disk_dir, shm_dir)
 
     def workflow(base):
         wf = Workflow("split", base_dir=str(base))
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
         m = MapNode(Function(input_names=["a", "b"], output_names=["out"], function=add), iterfield=["a", "b"], name="m")
         m.inputs.a, m.inputs.b = [1, 2, 3], [1, 2]
         wf.connect(m, "out", Node(Function(input_names=["x"], output_names=["out"], function=same), name="after"), "x")
@@ -125,6 +127,7 @@ def test_mapnode_sub_nodes_run_as_jobs_of_their_own_then_the_mapnode_collects_th
     outputs, peaks = {}, {}
     for plugin in ("MultiProc", "SeaMultiProc"):
         wf = Workflow("mapped", base_dir=str(disk_dir / plugin))
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
         m = MapNode(Function(input_names=["x"], output_names=["out"], function=nap), iterfield=["x"], name="m")
         m.inputs.x = [1, 2, 3, 4]
         wf.connect(m, "out", Node(Function(input_names=["x"], output_names=["out"], function=same), name="after"), "x")
