@@ -297,6 +297,15 @@ def _file_inputs(job) -> list[tuple[str, ty.Any]]:
     ]
 
 
+def output_paths(result) -> list[str]:
+    """The paths a finished job's outputs name (its ``Result.outputs``' file sets): what its
+    consumers will read, which may be in its producers' directories (a task returning its inputs)."""
+    outputs = getattr(result, "outputs", None)
+    if outputs is None or not attrs.has(type(outputs)):
+        return []
+    return [path for f in attrs.fields(type(outputs)) if not f.name.startswith("_") for path in _paths_in(getattr(outputs, f.name))]
+
+
 def _paths_in(value) -> list[str]:
     from fileformats.core import FileSet
     from pydra.utils.typing import TypeParser

@@ -312,7 +312,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             tier = engine.physical_dir(key).parent
             if key in self._persisted:  # its directory will move home: Pydra must not read it on the way
                 px_.look_in_home(job, home, tier)
-            engine.node_finished(key)
+            engine.node_finished(key, gives=px_.output_paths(result))
         self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job

@@ -251,10 +251,7 @@ class SeaConfig:
                 f"{origin}: the top level must be a mapping of keys ({', '.join(cls.keys())}), "
                 f"not a {type(data).__name__}"
             )
-        known = cls.keys()
-        for key in data:
-            if key not in known:
-                raise unknown_key(origin, key, known)
+        only_known_keys(data, origin, cls.keys())
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
             kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
@@ -295,6 +292,13 @@ def _did_you_mean(word: str, options: list[str]) -> str:
 def unknown_key(what: str, key: Any, known: list[str], valid: str = "valid keys") -> SeaConfigError:
     """``key`` is not one of ``known``: the error, with the closest known key."""
     return SeaConfigError(f"{what}: unknown key {key!r}{_did_you_mean(str(key), known)}; {valid}: {', '.join(known)}")
+
+
+def only_known_keys(value: Mapping, what: str, known: list[str]) -> None:
+    """Raise :func:`unknown_key`'s error for the first key of ``value`` not in ``known``."""
+    for key in value:
+        if key not in known:
+            raise unknown_key(what, key, known)
 
 
 def check_bool(value: Any, what: str) -> bool:
@@ -491,10 +495,7 @@ def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
         return PrefetchSpec(enabled=value)
     if not isinstance(value, Mapping):
         raise SeaConfigError(f"{what} must be true, false or a mapping like {{enabled: true, budget: 2GiB, lookahead: 4}}, not {value!r}")
-    known = [f.name for f in fields(PrefetchSpec)]
-    for key in value:
-        if key not in known:
-            raise unknown_key(what, key, known)
+    only_known_keys(value, what, [f.name for f in fields(PrefetchSpec)])
     enabled = check_bool(value.get("enabled", True), f"{what}.enabled")
     budget = str(value.get("budget", PrefetchSpec.budget))
     try:

@@ -41,9 +41,7 @@ A runnable example with real files::
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -61,7 +59,7 @@ from .placement import Placer
 from .prefetch import Prefetcher
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
-from .report import RunReport, TierReport, announce, peak_concurrent_bytes
+from .report import RunReport, TierReport, announce
 from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
 from .stager import CHECKPOINT, KEPT, Stager
@@ -206,6 +204,7 @@ class SeaEngine:
                 nodes[key].open_ended = open_ended
                 for producer in self.graph.producers(key):
                     nodes[producer].consumers_left.add(key)
+                    self.evictor.consumer_added(producer, key)
             self.report.nodes_total = len(self.graph)
 
     def seal(self, keys: list[str]) -> None:
@@ -215,6 +214,7 @@ class SeaEngine:
                 node = self.run.nodes[key]
                 self._open_ended -= node.open_ended
                 node.open_ended = False
+                self.evictor.sealed(key)
                 self.evictor.maybe_evict(key)
 
     def _admit(self, keys: list[str]) -> None:
@@ -397,7 +397,7 @@ class SeaEngine:
             if p.tier.is_home:
                 self.report.files_created_home += files
                 self.report.bytes_written_home += size
-            fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self._fingerprint(path)) is not None}
+            fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self.run.fingerprint(path)) is not None}
             self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
             self.flusher.schedule(node)
             self.evictor.hand_on(key, gives)
@@ -465,7 +465,7 @@ class SeaEngine:
         on a tier) are copied to a fast tier ahead of it when prefetch is on."""
         if self.prefetcher is None:
             return
-        shared = [Path(p) for p in paths if self._is_shared_input(Path(p))]
+        shared = [Path(p) for p in paths if self.run.is_shared_input(Path(p))]
         if shared:
             self.prefetcher.expect(key, shared)
 
@@ -473,34 +473,6 @@ class SeaEngine:
         """Node ``key`` starts now: input path -> the path of its complete copy on a fast tier.
         May wait for a copy under way; call it without holding the engine's lock."""
         return self.prefetcher.copies_for(key) if self.prefetcher is not None else {}
-
-    def _fingerprint(self, path: str) -> tuple[int, int] | None:
-        """(size, mtime_ns) of a file outside the home and the tiers, else ``None``."""
-        if not self._is_shared_input(Path(path)):
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
-
-    def _is_shared_input(self, path: Path) -> bool:
-        """A file outside the home on none of the tiers' filesystems. By filesystem, not by path:
-        a shared filesystem may be mounted below a tier's directory (a local disk tier at /var/tmp,
-        the shared filesystem at /var/tmp/mnt)."""
-        if not path.is_absolute() or path == self.home or self.home in path.parents:
-            return False
-        try:
-            if not path.is_file():
-                return False
-            device = path.stat().st_dev
-        except OSError:
-            return False
-        return device not in self._tier_devices
-
-    @functools.cached_property
-    def _tier_devices(self) -> set[int]:
-        return {t.root.stat().st_dev for t in self.hierarchy.fast_tiers}
 
     def _reader_done(self, key: str) -> None:
         if self.prefetcher is not None:
@@ -622,7 +594,7 @@ class SeaEngine:
         report = self.report
         report.success = success
         report.makespan_seconds = time.monotonic() - self.run.start
-        report.live_peak_bytes = self._live_working_set_peak()
+        report.live_peak_bytes = self.run.live_working_set_peak()
         report.tiers = [
             TierReport(t.name, str(t.root), t.stats.peak_bytes, t.stats.bytes_written, t.stats.nodes_placed, t.stats.spills, t.stats.bytes_evicted)
             for t in self.hierarchy.all
@@ -633,21 +605,6 @@ class SeaEngine:
         report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, report.rerun_worst_seconds = self.checkpoints.worst_rerun()
         report.rerun_worst_node = worst or ""
-
-    def _live_working_set_peak(self) -> int:
-        """The most bytes that ever had to exist at once: a node's files from its start until it and
-        every consumer finished. What a perfect placement would hold; the tiers' peak is compared to it."""
-        end = time.monotonic()
-        intervals = []
-        nodes = self.run.nodes
-        for key, node in nodes.items():
-            if node.part_of is not None or node.state is not State.FINISHED or not node.started:
-                continue
-            size = node.size + sum(nodes[k].size for k in node.parts)
-            consumers = [nodes[c] for c in self.graph.consumers(key)]
-            last = max([node.finished] + [c.finished if c.state is State.FINISHED else end for c in consumers])
-            intervals.append((node.started, last, size))
-        return peak_concurrent_bytes(intervals)
 
     def _rebase_home(self, now: Path) -> None:
         """Point Sea's files in the home (journal, history, report, lock) at where it is ``now``."""

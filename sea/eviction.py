@@ -20,6 +20,7 @@ class Evictor:
     def __init__(self, run: Run):
         self.run = run
         self._lent: dict[str, set[str]] = {}  # reader -> nodes whose files it reads through another's results
+        self._lenders: dict[str, set[str]] = {}  # node -> nodes whose files its results name
 
     def release_producers(self, key: str) -> None:
         """``key`` will not read its producers any more (nor the directories its producers handed
@@ -30,19 +31,38 @@ class Evictor:
 
     def hand_on(self, key: str, paths: Iterable[str]) -> None:
         """``key`` finished, and its results name ``paths``: those in other nodes' directories (a
-        node that passes its inputs on, as Nipype's ``Merge`` or ``Select``) are read by ``key``'s
-        consumers, so those directories stay until they finished too."""
+        node that passes its inputs on, as Nipype's ``Merge`` or a Pydra task returning its input
+        files) are read by ``key``'s consumers, so those directories stay until they finished too,
+        including consumers added later (while ``key`` is open-ended, until it is sealed)."""
         run = self.run
-        readers = run.nodes[key].consumers_left
-        if not readers:
-            return
+        node = run.nodes[key]
         for owner in {run.owner_of(path) for path in paths} - {None, key}:
             lender = run.nodes.get(owner)
             if lender is None or lender.evicted or lender.part_of is not None:
                 continue
-            for reader in readers - lender.consumers_left:
-                lender.consumers_left.add(reader)
-                self._lent.setdefault(reader, set()).add(owner)
+            self._lenders.setdefault(key, set()).add(owner)
+            for reader in node.consumers_left:
+                if not _is_open(reader):
+                    self._lend(owner, reader)
+            if node.open_ended:
+                lender.consumers_left.add(_open(key))
+
+    def consumer_added(self, key: str, consumer: str) -> None:
+        """``consumer`` reads ``key`` (added after ``key`` finished): and what ``key`` handed on."""
+        for owner in self._lenders.get(key, ()):
+            self._lend(owner, consumer)
+
+    def sealed(self, key: str) -> None:
+        """No consumer of ``key`` will be added: what it handed on waits for the known ones only."""
+        for owner in self._lenders.get(key, ()):
+            self.run.nodes[owner].consumers_left.discard(_open(key))
+            self.maybe_evict(owner)
+
+    def _lend(self, owner: str, reader: str) -> None:
+        lender = self.run.nodes[owner]
+        if reader not in lender.consumers_left:
+            lender.consumers_left.add(reader)
+            self._lent.setdefault(reader, set()).add(owner)
 
     def maybe_evict(self, key: str) -> None:
         """Evict once every consumer finished and every flush committed; never earlier."""
@@ -142,3 +162,12 @@ class Evictor:
             return
         node.home_recorded = True
         self.run.journal.write("checkpointed", node.spec.key, mtime_ns=mtime_ns, needs=list(node.needs))
+
+
+def _open(key: str) -> str:
+    """What stands in a lender's readers for the consumers an open-ended node may still get."""
+    return f"{key}\0open-ended"
+
+
+def _is_open(reader: str) -> bool:
+    return reader.endswith("\0open-ended")

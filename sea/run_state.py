@@ -10,6 +10,7 @@ when its copy is in place), :mod:`sea.eviction` (when a directory leaves its tie
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import time
@@ -23,7 +24,7 @@ from .console import SeaError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
-from .report import RunReport
+from .report import RunReport, peak_concurrent_bytes
 from .stager import Stager, walk_files
 from .tiers import StorageHierarchy, Tier
 
@@ -136,6 +137,48 @@ class Run:
             if path.is_relative_to(root):
                 return self.graph.owner(str(path.relative_to(root)))
         return None
+
+    def is_shared_input(self, path: Path) -> bool:
+        """A file outside the home on none of the tiers' filesystems (the workflow's input data).
+        By filesystem, not by path: a shared filesystem may be mounted below a tier's directory (a
+        local disk tier at /var/tmp, the shared filesystem at /var/tmp/mnt)."""
+        if not path.is_absolute() or path == self.home or self.home in path.parents:
+            return False
+        try:
+            if not path.is_file():
+                return False
+            device = path.stat().st_dev
+        except OSError:
+            return False
+        return device not in self._tier_devices
+
+    @functools.cached_property
+    def _tier_devices(self) -> set[int]:
+        return {t.root.stat().st_dev for t in self.hierarchy.fast_tiers}
+
+    def fingerprint(self, path: str) -> tuple[int, int] | None:
+        """(size, mtime_ns) of an input data file (see :meth:`is_shared_input`), else ``None``."""
+        if not self.is_shared_input(Path(path)):
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def live_working_set_peak(self) -> int:
+        """The most bytes that ever had to exist at once: a node's files from its start until it and
+        every consumer finished. What a perfect placement would hold; the tiers' peak is compared to it."""
+        end = time.monotonic()
+        intervals = []
+        for key, node in self.nodes.items():
+            if node.part_of is not None or node.state is not State.FINISHED or not node.started:
+                continue
+            size = node.size + sum(self.nodes[k].size for k in node.parts)
+            consumers = [self.nodes[c] for c in self.graph.consumers(key)]
+            last = max([node.finished] + [c.finished if c.state is State.FINISHED else end for c in consumers])
+            intervals.append((node.started, last, size))
+        return peak_concurrent_bytes(intervals)
 
     def sample(self) -> None:
         """One point of the tier-usage timeline (bytes held per fast tier, stager queue)."""

@@ -173,6 +173,57 @@ def test_a_job_out_of_space_on_a_tier_runs_again_on_the_next(tmp_path, tmpfs_fac
     assert not list(tiny.iterdir()) and not list(shm_dir.iterdir())
 
 
+HANDED_ON = """
+import sys
+from pathlib import Path
+from fileformats.generic import File
+from pydra.compose import python, workflow
+from pydra.engine.submitter import Submitter
+
+@python.define(outputs=["out"])
+def WriteTag(tag: str) -> File:
+    path = Path(f"{tag}.txt").absolute()
+    path.write_text(tag)
+    return File(path)
+
+@python.define(outputs=["out"])
+def HandOn(files: list[File]) -> list[File]:
+    return files
+
+@python.define(outputs=["out"])
+def ReadAll(files: list[File]) -> str:
+    return "".join(Path(f).read_text() for f in files)
+
+@workflow.define(outputs=["text"])
+def HandedOn(tags: list[str]) -> str:
+    written = workflow.add(WriteTag().split(tag=tags).combine("tag"), name="write")
+    handed = workflow.add(HandOn(files=written.out), name="hand_on")
+    return workflow.add(ReadAll(files=handed.out), name="read").out
+
+worker, cache_root, tier = sys.argv[1:]
+# no checkpoint copy home to wait for: write's directories would go the moment hand_on finished
+options = {"sea": {"tiers": [{"path": tier}], "checkpoints": "none", "progress": "off"}} if worker == "sea" else {}
+with Submitter(worker=worker, cache_root=cache_root, n_procs=2, **options) as sub:
+    result = sub(HandedOn(tags=["a", "b", "c"]))
+print("errored" if result.errored else result.outputs.text)
+"""
+
+
+def test_files_a_task_hands_on_stay_until_its_consumers_ran(tmp_path, shm_dir):
+    """``hand_on`` returns its inputs: ``read`` (created once ``hand_on`` finished, its inputs hashed
+    then) reads the files in ``write``'s directories. Sea evicted them when ``hand_on`` finished, and
+    the run failed with FileNotFoundError where cf succeeds. In a fresh interpreter: inside pytest's
+    the old code passed (the timing differs)."""
+    script = tmp_path / "handed_on.py"
+    script.write_text(HANDED_ON)
+    texts = {}
+    for worker in ("cf", "sea"):
+        done = subprocess.run([sys.executable, str(script), worker, str(tmp_path / worker), str(shm_dir)], capture_output=True, text=True, timeout=120)
+        texts[worker] = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert texts == {"cf": "abc", "sea": "abc"}
+    assert list(shm_dir.iterdir()) == []
+
+
 def test_a_free_process_goes_to_the_job_the_core_ranks_first():
     """Pydra hands over every runnable job at once; which one gets a free process is the core's
     order (here: by name), not the order they asked in; a cancelled waiter passes its turn on."""

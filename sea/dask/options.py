@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..config import SeaConfigError, check_choice, check_positive_number, check_whole_number, unknown_key
+from ..config import SeaConfigError, check_choice, check_positive_number, check_whole_number, only_known_keys, unknown_key
 
 
 def slurm_cluster_keys() -> list[str]:
@@ -56,10 +56,7 @@ class DaskOptions:
             return cls(cluster="local")
         if not isinstance(value, Mapping):
             raise SeaConfigError(f"{what} must be a dict such as {{'cluster': 'local', 'n_workers': 3}}, not {value!r}")
-        known = [f.name for f in fields(cls)]
-        for key in value:
-            if key not in known:
-                raise unknown_key(what, key, known)
+        only_known_keys(value, what, [f.name for f in fields(cls)])
         options = cls(**value)
         if (options.address is None) == (options.cluster is None):
             raise SeaConfigError(f"{what}: give either 'address' (a running scheduler) or 'cluster' (local or slurm), not {dict(value)!r}")
