@@ -76,10 +76,10 @@ class ReadyQueue(Generic[Item]):
         self._lock = threading.Lock()
 
     def push(self, item: Item, key: str) -> None:
+        rank_ = self._rank_of(key)  # outside the queue's lock: a rank may take the engine's
         with self._lock:
-            if item in self._entries:
-                return
-            self._add(item, key, self._rank_of(key))
+            if item not in self._entries:
+                self._add(item, key, rank_)
 
     def _add(self, item: Item, key: str, rank_: tuple) -> None:
         entry = [rank_, next(self._turn), item, key, True]
@@ -115,12 +115,15 @@ class ReadyQueue(Generic[Item]):
         """The ranks of these keys changed (the tier holding their inputs did): those in the queue
         take their new place. Keys not in the queue cost a lookup."""
         with self._lock:
-            for key in keys:
+            queued = [key for key in keys if key in self._by_key]
+        ranks = {key: self._rank_of(key) for key in queued}  # outside the queue's lock, as in push
+        with self._lock:
+            for key, rank_ in ranks.items():
                 for item in list(self._by_key.get(key, ())):
                     entry = self._entries[item]
                     entry[4] = False
                     self._forget(entry)
-                    self._add(item, key, self._rank_of(key))
+                    self._add(item, key, rank_)
 
     def keys(self) -> list[str]:
         """The keys of the items in the queue."""
