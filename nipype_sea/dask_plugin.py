@@ -217,7 +217,7 @@ class SeaDaskPlugin(DaskTaskLoop):
         outcome = self.take_outcome(taskid)
         if outcome is None:
             return None
-        key = self.running()[taskid][0]
+        key = self.tag_of(taskid)
         if isinstance(outcome, BaseException):
             worker = self.planner.worker_of(key)
             if worker is not None and self._workers_now().get(worker) != self._address.get(worker):

@@ -50,8 +50,12 @@ class DaskTaskLoop(nx_.EventedTaskLoop):
         self.wake()
 
     def running(self) -> dict[int, tuple[object, object]]:
-        """taskid -> (tag, future) of the tasks submitted and not cleared."""
+        """taskid -> (tag, future) of the tasks submitted and not cleared (a copy)."""
         return dict(self._futures)
+
+    def tag_of(self, taskid: int):
+        """The tag the task was submitted with."""
+        return self._futures[taskid][0]
 
     def cancel(self, taskids) -> None:
         """Stop these tasks and forget them (their jobs are requeued, or the run ends)."""
