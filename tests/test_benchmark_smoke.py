@@ -15,8 +15,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+# A2 (MultiProc with Nipype's default 2 s poll) is left out of the smoke: its 2 s rounds were ~46 s of
+# this test's ~150 s in CI; it runs in the full benchmark (`benchmarks.run --size full`)
+SMOKE_CONFIGS = "A,B,C,CN,C',CP,T,S,P,PS,PSP"
+
+
 def test_benchmark_smoke_runs_every_configuration_on_both_filesystems(tmp_path):
-    command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)]
+    command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--configs", SMOKE_CONFIGS, "--out", str(tmp_path)]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = process.communicate(timeout=400)
@@ -30,7 +35,7 @@ def test_benchmark_smoke_runs_every_configuration_on_both_filesystems(tmp_path):
     for section in ("busy shared filesystem, incrementation", "busy shared filesystem, filtering",
                     "unloaded shared filesystem, incrementation", "unloaded shared filesystem, filtering"):  # fmt: skip
         assert f"## {section}" in text
-    for key in ("A2 ", "A ", "B ", "C ", "CN ", "C' ", "CP ", "T ", "S ", "P ", "PS ", "PSP ", "L limit"):
+    for key in ("A ", "B ", "C ", "CN ", "C' ", "CP ", "T ", "S ", "P ", "PS ", "PSP ", "L limit"):
         assert f"| {key}" in text, f"no row {key!r}:\n{text}"
     assert "all identical" in text
     assert "| C within 1.15x of the limit L |" in text and "| C costs at most 3% over the tuned A |" in text

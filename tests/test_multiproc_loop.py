@@ -13,7 +13,7 @@ from nipype import Function, MapNode, Node, Workflow
 def nap(x):
     import time
 
-    time.sleep(0.3)
+    time.sleep(0.15)
     return x
 
 
