@@ -276,11 +276,10 @@ class SeaEngine:
     def key_for(self, directory: Path) -> str:
         """The key of a node directory given by its logical path or by its path on a tier (the
         engine may resolve links: a MapNode's sub-nodes report their real directory)."""
-        directory = Path(directory)
-        for root in [self.home] + [t.workdir for t in self.hierarchy.fast_tiers]:
-            if directory.is_relative_to(root):
-                return str(directory.relative_to(root))
-        raise ValueError(f"{directory} is neither in the home {self.home} nor on a tier")
+        key = self.run.relative_path(directory)
+        if key is None:
+            raise ValueError(f"{directory} is neither in the home {self.home} nor on a tier")
+        return key
 
     # ---------------------------------------------------------------- order (sea.ordering)
     def order(self, ready: list[str]) -> list[str]:

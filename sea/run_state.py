@@ -130,13 +130,19 @@ class Run:
             if self.nodes[k].placement is not None and not self.nodes[k].placement.physical.is_relative_to(node.placement.physical)
         ]
 
-    def owner_of(self, path: str | Path) -> str | None:
-        """The node whose directory holds ``path`` (in the home, or on a tier), if any."""
+    def relative_path(self, path: str | Path) -> str | None:
+        """``path`` relative to the home or to the tier holding it (a key, or a path in a node's
+        directory), or ``None`` when it is in neither."""
         path = Path(path)
         for root in [self.home] + [t.workdir for t in self.hierarchy.fast_tiers]:
             if path.is_relative_to(root):
-                return self.graph.owner(str(path.relative_to(root)))
+                return str(path.relative_to(root))
         return None
+
+    def owner_of(self, path: str | Path) -> str | None:
+        """The node whose directory holds ``path`` (in the home, or on a tier), if any."""
+        relative = self.relative_path(path)
+        return self.graph.owner(relative) if relative is not None else None
 
     def is_shared_input(self, path: Path) -> bool:
         """A file outside the home on none of the tiers' filesystems (the workflow's input data).
