@@ -25,12 +25,14 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import multiprocessing
 import os
 import pickle
 import re
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from copy import deepcopy
 from pathlib import Path
 from traceback import format_exception
@@ -40,7 +42,7 @@ from nipype.interfaces.base import File
 from nipype.pipeline.engine import MapNode
 from nipype.pipeline.engine.utils import topological_sort
 from nipype.pipeline.plugins.base import DistributedPluginBase
-from nipype.pipeline.plugins.multiproc import MultiProcPlugin, run_node
+from nipype.pipeline.plugins.multiproc import MultiProcPlugin, process_initializer, run_node
 from nipype.pipeline.plugins.tools import report_nodes_not_run
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
@@ -340,6 +342,12 @@ def _absolute_paths(values) -> list[str]:
 
     walk(values)
     return found
+
+
+def declared_memory(node) -> int:
+    """The bytes of memory a node (a MapNode: each of its sub-nodes) declares: its ``mem_gb``, in
+    MultiProc's GB (2**30 bytes; Nipype's default is 0.2)."""
+    return int(float(getattr(node, "mem_gb", 0) or 0) * 2**30)
 
 
 def interface_name(node) -> str:
@@ -670,12 +678,38 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         self._init_loop()
         self._submitted: dict[int, tuple[object, bool]] = {}
         self._result = None  # the result _get_result just returned, for the _task_finished_cb that follows
+        self.pool.shutdown(wait=False)  # MultiProc's, which started no process yet: ours marks its workers
+        self._new_pool()
+        self.pools_lost = 0  # pools broken by a worker process's death (the OOM killer), replaced
+
+    def _new_pool(self) -> None:
+        """MultiProc's pool, its workers the OOM killer's first choice over the loop (:func:`_worker_init`)."""
+        context = multiprocessing.get_context(self.plugin_args.get("mp_context"))
+        self.pool = ProcessPoolExecutor(max_workers=self.processors, initializer=_worker_init, initargs=(self._cwd,), mp_context=context)
+
+    def _usable_pool(self):
+        """The pool, replaced by a new one if a worker process died (a broken pool takes no task)."""
+        if getattr(self.pool, "_broken", False):
+            logger.warning("[MultiProc] a worker process died (killed by the OOM killer?); starting new worker processes")
+            self.pools_lost += 1
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self._new_pool()
+        return self.pool
 
     # events (defaults: every job runs) --------------------------------------------
     def admit_job(self, jobid: int) -> bool:
         """``jobid`` is next to start: return False to leave it out (the subclass skipped it, or
         holds it back and queues it again with :meth:`make_ready`)."""
         return True
+
+    def memory_fits(self, jobid: int) -> bool:
+        """Whether ``jobid``'s memory fits beside what runs (asked while something runs: a job that
+        does not fit waits for the next round)."""
+        return True
+
+    def max_running(self) -> int | None:
+        """The most jobs to run at once, if fewer than the resources allow."""
+        return None
 
     def prepare_job(self, jobid: int) -> bool:
         """About to run ``jobid`` (it fits the resources). Return True when the adapter knows nothing
@@ -728,9 +762,10 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         free_gb, free_th, free_gpu = self._check_resources(self.pending_tasks)
         self._log_resources(free_gb, free_th, free_gpu)
         notrun, held = [], []
+        cap = self.max_running() or len(self.procs)
         try:
             while self._ready:
-                if self.pending_tasks and (free_gb < 0.01 or free_th <= 0):
+                if self.pending_tasks and (free_gb < 0.01 or free_th <= 0 or len(self.pending_tasks) >= cap):
                     break
                 jobid = self._ready.pop()
                 if self.proc_done[jobid] or not self.admit_job(jobid):
@@ -752,7 +787,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
                 th = min(node.n_procs, self.processors)
                 gpu = node.is_gpu_node()
                 gpu_th = min(node.n_procs, self.n_gpu_procs) if gpu else 0
-                if self.pending_tasks and (th > free_th or gb > free_gb or gpu_th > free_gpu):
+                if self.pending_tasks and (th > free_th or gb > free_gb or gpu_th > free_gpu or not self.memory_fits(jobid)):
                     held.append(jobid)
                     continue
                 self.proc_done[jobid] = True
@@ -831,6 +866,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
 
     def _submit_job(self, node, updatehash=False):
         self.prepare_node(node)
+        self._usable_pool()
         taskid = super()._submit_job(node, updatehash=updatehash)
         self._submitted[taskid] = (node, updatehash)
         future = self._task_obj.get(taskid)
@@ -859,7 +895,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
             node, updatehash = self._submitted[taskid]
             if self.retry_node(node, "".join(result["traceback"])):
                 del self._taskresult[taskid]
-                future = self.pool.submit(run_node, node, updatehash, taskid)
+                future = self._usable_pool().submit(run_node, node, updatehash, taskid)
                 self._task_obj[taskid] = future
                 future.add_done_callback(self._async_callback)
                 return None
@@ -881,6 +917,25 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])
         return super()._clean_queue(jobid, graph, result=result)
+
+
+OOM_SCORE_ADJ = 500  # raised in worker processes: past the memory limit, the kernel kills one of them, not the loop
+
+
+def _worker_init(cwd) -> None:
+    """MultiProc's ``process_initializer``; then the process offers itself to the OOM killer first,
+    so that a job past its memory loses a worker (whose node runs again), not the whole run."""
+    process_initializer(cwd)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write(str(OOM_SCORE_ADJ))
+    except OSError:
+        pass  # not Linux: nothing to raise
+
+
+def lost_worker(traceback_text: str) -> bool:
+    """Whether a task failed because its worker process died (not because its node raised)."""
+    return "BrokenProcessPool" in traceback_text
 
 
 class EventedTaskLoop(_IncrementalLoop, DistributedPluginBase):

@@ -86,7 +86,10 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             # provenance reads every node's result after the run: keep every directory
             logger.warning("[Sea] execution.write_provenance reads every node's result after the run: node directories are kept (checkpoints: all)")
             self.sea_config = replace(self.sea_config, checkpoints=Checkpoints.ALL)
-        self.engine = SeaEngine(self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results)
+        told = self.plugin_args.get("memory_gb")  # else MultiProc's default, 90% of the machine's: the core reads the machine itself
+        self.engine = SeaEngine(
+            self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results, memory=int(told * 2**30) if told else None
+        )
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
         except BaseException:
@@ -127,6 +130,9 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     def ready_key(self, jobid: int) -> str:
         return self._job_key(jobid)
+
+    def memory_fits(self, jobid: int) -> bool:
+        return self.engine.memory_fits(self._job_key(jobid))
 
     def admit_job(self, jobid: int) -> bool:
         key = self._job_key(jobid)
@@ -177,9 +183,15 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if nx_.read_copies(node, copies):
             self._copies[key] = copies
 
+    def max_running(self) -> int | None:
+        return self.engine.concurrency_cap
+
     def retry_node(self, node, traceback_text: str) -> bool:
         key = self._node_key(node)
-        placement = self.engine.retry_elsewhere(key, traceback_text)
+        if nx_.lost_worker(traceback_text):
+            placement = self.engine.worker_lost(key, running=len(self.pending_tasks))
+        else:
+            placement = self.engine.retry_elsewhere(key, traceback_text)
         if placement is None:
             return False
         nx_.set_run_dir(node, placement.physical)

@@ -222,6 +222,16 @@ class SeaConfig:
             "64MiB",
         ),
     )
+    memory_headroom: str = field(
+        default="3%",
+        metadata=_doc(
+            "memory left free when RAM tiers (/dev/shm, a tmpfs $SLURM_TMPDIR) and nodes share the job's memory "
+            "(the cgroup limit SLURM sets, else MultiProc's memory_gb, else the machine's): a size ('256MiB') or a "
+            "share of the limit ('3%', never less than 32MiB); a directory goes on a RAM tier, and a node starts, "
+            "only while what the nodes reserve (their mem_gb), what RAM tiers hold and this headroom fit in it",
+            "256MiB",
+        ),
+    )
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -488,6 +498,25 @@ def _parse_node_size(value: Any, what: str) -> int:
         raise SeaConfigError(f"{what}: {exc}") from None
 
 
+MIN_HEADROOM = 32 * 2**20
+
+
+def headroom_bytes(spec: str, limit: int) -> int:
+    """``memory_headroom`` for a job of ``limit`` bytes."""
+    fraction = parse_fraction(spec)
+    return max(MIN_HEADROOM, int(fraction * limit)) if fraction is not None else parse_size(spec)
+
+
+def _parse_headroom(value: Any, what: str) -> str:
+    if is_bare_number(value):
+        raise SeaConfigError(f"{what}: {value!r} has no unit; write a size such as '256MiB' or a share of the job's memory such as '3%'")
+    try:
+        headroom_bytes(str(value), 2**30)
+    except ValueError as exc:
+        raise SeaConfigError(f"{what}: {exc}") from None
+    return str(value)
+
+
 def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
     if value is None:
         return PrefetchSpec()
@@ -517,8 +546,9 @@ _PARSERS = {
     "stager_threads": _parse_threads,
     "report": _parse_report,
     "sinks": _parse_sinks,
-    "progress": lambda value, what: check_choice(value, what, list(MODES)),
+    "progress": lambda value, what: check_choice("off" if value is False else value, what, list(MODES)),  # YAML reads `off` as false
     "default_node_size": _parse_node_size,
     "prefetch": _parse_prefetch,
+    "memory_headroom": _parse_headroom,
 }
 assert set(_PARSERS) == set(SeaConfig.keys())

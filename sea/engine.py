@@ -47,19 +47,20 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .checkpoint import CheckpointPolicy, CopyCost
-from .config import SeaConfig
+from .config import SeaConfig, headroom_bytes
 from .estimate import SizeEstimator
 from .eviction import Evictor
 from .flushing import Flusher
 from .graph import NodeSpec, WorkflowGraph
 from .journal import Journal
 from .lock import RunLock
+from .memory import MemoryBudget, job_memory_limit
 from .ordering import ReadyQueue, input_tier_rank, order_ready, rank
 from .placement import Placer
 from .prefetch import Prefetcher
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
-from .report import RunReport, TierReport, announce
+from .report import MemoryReport, RunReport, TierReport, announce
 from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
 from .stager import CHECKPOINT, KEPT, Stager
@@ -67,6 +68,7 @@ from .tiers import StorageHierarchy
 
 __all__ = ["JOURNAL", "HISTORY", "Placement", "SeaEngine", "SeaFlushError", "SeaHomeMoved", "State", "sweep_partial_copies"]
 
+MAX_LOST = 2  # times a node may lose its worker process (sea.engine.SeaEngine.worker_lost) before it fails
 HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
 JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a rerun (sea.journal)
 
@@ -82,6 +84,7 @@ class SeaEngine:
         on_event: Callable[[], None] | None = None,
         relocate: Callable[[Path, dict[Path, Path]], Iterable[str]] | None = None,
         machine: str | None = None,
+        memory: int | None = None,
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
         adapter can look again. ``relocate(directory, moves)`` is called once a node's whole
@@ -96,7 +99,10 @@ class SeaEngine:
         ``machine``: this engine is one of several sharing the home, one per machine (a Dask worker
         with its own tiers); its journal, history and report get the machine's name, and nodes that
         run elsewhere are told by :meth:`finished_elsewhere`. Its progress is not shown (the
-        client's is the run's); else ``config.progress`` decides how (:mod:`sea.progress`)."""
+        client's is the run's); else ``config.progress`` decides how (:mod:`sea.progress`).
+
+        ``memory``: the bytes of memory the engine was told the run may use (MultiProc's
+        ``memory_gb``, when set); a memory cgroup's limit comes first (:mod:`sea.memory`)."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -106,6 +112,9 @@ class SeaEngine:
         self.hierarchy = None
         try:  # a start that fails leaves neither the lock nor a directory on a tier
             self.hierarchy = StorageHierarchy.build(config, self.home)
+            if any(t.ram for t in self.hierarchy.fast_tiers):
+                limit = job_memory_limit(memory)
+                self.hierarchy.memory = MemoryBudget(limit, headroom_bytes(config.memory_headroom, limit.bytes))
             self.machine = machine
             self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
             self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
@@ -130,6 +139,7 @@ class SeaEngine:
             self._lock = self.run.lock
             self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
             self._closed = False
+            self.concurrency_cap: int | None = None  # set once a worker process was lost: see worker_lost
             self._work_left = WorkLeft(self.estimator.seconds)
             self._open_ended = 0  # nodes that may still get consumers: the graph is still growing
             self._copy_rate = Rate()
@@ -320,6 +330,20 @@ class SeaEngine:
         with self._lock:
             return self.placer.place(key, link)
 
+    def memory_fits(self, key: str) -> bool:
+        """Whether node ``key`` may start now as far as memory goes: with a RAM tier, its declared
+        memory must fit in the job's memory beside what running nodes reserve and RAM tiers hold
+        (:mod:`sea.memory`); when it does not, the adapter holds it until a node ends. Its directory
+        goes to a RAM tier only if that fits too (:meth:`place`)."""
+        budget = self.hierarchy.memory
+        if budget is None:
+            return True
+        with self._lock:
+            if budget.fits(self.run.node_memory(key), *self.hierarchy.ram_bytes()):
+                return True
+            budget.held.add(key)
+            return False
+
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, or could not run a program from
         its directory on a tier mounted ``noexec`` (where the engine's own plugin, in the home,
@@ -327,6 +351,24 @@ class SeaEngine:
         it; otherwise ``None``."""
         with self._lock:
             return self.placer.retry_elsewhere(key, error_text, link)
+
+    def worker_lost(self, key: str, running: int, link: bool = True) -> Placement | None:
+        """The process running ``key`` died under it, one of ``running`` nodes: the OOM killer takes
+        a process when the job passes its memory. The node runs again from a new directory, and
+        from now on fewer nodes run at once (:attr:`concurrency_cap`: one fewer than ran then). The
+        new placement, or ``None`` once it was lost :data:`MAX_LOST` times (it fails, as it would
+        under the engine's own plugin)."""
+        with self._lock:
+            node = self.run.nodes.get(key)
+            if node is None or node.placement is None or node.lost >= MAX_LOST:
+                return None
+            node.lost += 1
+            self.concurrency_cap = max(1, min(self.concurrency_cap or running, running - 1))
+            self.report.lost_worker_retries += 1
+            self.log.warning("[Sea] %s lost its worker process (killed by the OOM killer?); rerunning it, %d node(s) at a time from now on", key, self.concurrency_cap)
+            self.placer.drop(node)
+            node.state = State.WAITING
+            return self.placer.place(key, link)
 
     # ---------------------------------------------------------------- transitions
     def node_skipped(self, key: str) -> None:
@@ -422,6 +464,7 @@ class SeaEngine:
         part.size, _ = disk_usage(p.physical)
         self.hierarchy.settle(p.tier, p.reserved, part.size)
         self.estimator.learn(part.spec.kind, part.size)
+        self.run.release_memory(part.spec.key)
 
     def node_failed(self, key: str) -> None:
         """The node failed for good (the engine writes its crash file); its directory comes home at close."""
@@ -489,6 +532,7 @@ class SeaEngine:
     def _ended(self, node: NodeState) -> None:
         """The node will not run any more in this run (finished, found done, failed)."""
         self.run.running.pop(node.spec.key, None)
+        self.run.release_memory(node.spec.key)
         ran = node.finished - node.started if node.started and node.finished else None
         self._work_left.done(node.spec.kind, ran)
 
@@ -604,6 +648,12 @@ class SeaEngine:
         report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, report.rerun_worst_seconds = self.checkpoints.worst_rerun()
         report.rerun_worst_node = worst or ""
+        budget = self.hierarchy.memory
+        if budget is not None:
+            report.memory = MemoryReport(
+                budget.limit.bytes, budget.limit.source, budget.headroom, budget.peak_charged, budget.peak_committed,
+                self.run.ram_peak, len(budget.held), budget.spills, budget.oom_kills(),
+            )
 
     def _rebase_home(self, now: Path) -> None:
         """Point Sea's files in the home (journal, history, report, lock) at where it is ``now``."""

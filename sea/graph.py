@@ -33,6 +33,7 @@ class NodeSpec:
     persist_dir: bool = False  # flush the whole directory home (a sink that writes into its own dir)
     reuses_dir: bool = False  # a rerun reuses parts of its directory (a MapNode's sub-nodes): it reruns in it
     label: str = ""  # what a person calls it (a Pydra task and node name), if not its key
+    memory: int = 0  # bytes of memory it declares it uses (Nipype's mem_gb); 0: not declared
 
 
 @dataclass

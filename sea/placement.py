@@ -51,6 +51,7 @@ class Placer:
         # directory replaces the old one when evicted, or, if it reuses parts of its directory
         # (a MapNode's sub-nodes), in it, as the engine would run it.
         old_dir = key in run.home_dirs
+        run.reserve_memory(key)  # before its directory: the room a RAM tier has left depends on it
         if (old_dir and node.spec.reuses_dir) or (owner is not None and owner.in_place):
             tier = run.hierarchy.home
             tier.stats.nodes_placed += 1
@@ -100,6 +101,7 @@ class Placer:
         owner = run.nodes[owner_key]
         if owner.placement is None:
             self.place(owner_key)
+            run.release_memory(owner_key)  # its sub-nodes run, each with its memory; it only collects them
         part = NodeState(spec=NodeSpec(key, kind=f"{owner.spec.kind}[part]"), consumers_left=set(), part_of=owner_key)
         run.nodes[key] = part
         run.report.subnodes += 1
@@ -169,6 +171,7 @@ class Placer:
         if p.staging_root is not None:
             run.hierarchy.remove(p.staging_root)
         run.hierarchy.release(p.tier, reserved=p.reserved)
+        run.release_memory(node.spec.key)
         node.placement = None
         self._inputs_moved(node.spec.key)
 

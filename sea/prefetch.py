@@ -173,7 +173,7 @@ class Prefetcher:
     def _tier_for(self, size: int) -> Tier | None:
         for tier in self.hierarchy.fast_tiers:
             budget = _budget(self.spec.budget, tier)
-            if tier.room() >= size and self._held.get(tier.name, 0) + size <= budget:
+            if tier.room() >= size and self._held.get(tier.name, 0) + size <= budget and self.hierarchy.memory_allows(tier, size):
                 tier.reserved += size
                 self._held[tier.name] = self._held.get(tier.name, 0) + size
                 return tier

@@ -44,6 +44,31 @@ class TierReport:
 
 
 @dataclass
+class MemoryReport:
+    """The job's memory, when RAM tiers share it with the nodes (:mod:`sea.memory`)."""
+
+    limit_bytes: int
+    source: str
+    headroom_bytes: int
+    peak_charged_bytes: int  # the most the job was charged (tmpfs pages, anonymous memory, dirty pages) at a decision
+    peak_committed_bytes: int  # ... or Sea counted committed (running nodes' memory, RAM tiers)
+    ram_peak_bytes: int  # the most RAM tiers held at once
+    nodes_held: int  # ready nodes that waited because their memory did not fit
+    spills: int  # directories a RAM tier had space for but not the job's memory: placed on the next tier
+    oom_kills: int = 0  # processes of the job's cgroup the OOM killer took during the run
+
+    def to_text(self) -> str:
+        peak = max(self.peak_charged_bytes, self.peak_committed_bytes)
+        return (
+            f"  memory: peak {format_size(peak)} of the job's {format_size(self.limit_bytes)} ({self.source}; "
+            f"headroom {format_size(self.headroom_bytes)}), RAM tiers up to {format_size(self.ram_peak_bytes)} of it"
+            + (f"; {self.nodes_held} nodes waited for memory" if self.nodes_held else "")
+            + (f"; {self.spills} directories placed past a RAM tier for want of memory" if self.spills else "")
+            + (f"; the OOM killer killed {self.oom_kills} process(es)" if self.oom_kills else "")
+        )
+
+
+@dataclass
 class WorkerReport:
     """One Dask worker's line: what ran there, and how often its inputs were already there."""
 
@@ -68,6 +93,7 @@ class RunReport:
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
+    lost_worker_retries: int = 0  # nodes rerun after their worker process died (the OOM killer)
     tiers: list[TierReport] = field(default_factory=list)
     bytes_flushed: int = 0
     files_flushed: int = 0
@@ -102,6 +128,7 @@ class RunReport:
     kept_dirs: list[str] = field(default_factory=list)  # Sea's directories left on the tiers on purpose (sea recover)
     subnodes: int = 0  # directories placed inside a node's own (a MapNode's sub-nodes): in the tiers' counts, not in nodes_total
     started_at: float = 0.0  # when the run started (seconds since the epoch)
+    memory: MemoryReport | None = None  # with a RAM tier: the job's memory (sea.memory)
 
     def to_json(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +151,7 @@ class RunReport:
         data = json.loads(Path(path).read_text())
         data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
         data["workers"] = [WorkerReport(**w) for w in data.get("workers", [])]
+        data["memory"] = MemoryReport(**data["memory"]) if data.get("memory") else None
         return cls(**{k: v for k, v in data.items() if k in _FIELDS})  # a newer Sea's report: what this one knows
 
     @property
@@ -150,7 +178,8 @@ class RunReport:
             f"{self.nodes_run} run, {self.nodes_cached} cached, {self.nodes_failed} failed"
             + (", the nodes that were running run again next time" if self.interrupted else "")
             + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else "")
-            + (f", {self.noexec_retries} rerun off a noexec tier" if self.noexec_retries else ""),
+            + (f", {self.noexec_retries} rerun off a noexec tier" if self.noexec_retries else "")
+            + (f", {self.lost_worker_retries} rerun after their worker process died" if self.lost_worker_retries else ""),
             f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'dirs':>6} {'spills':>6}",
         ]
         for t in self.tiers:
@@ -169,6 +198,8 @@ class RunReport:
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
         ]
+        if self.memory is not None:
+            lines.append(self.memory.to_text())
         if self.prefetch_files or self.prefetch_misses:
             lines.append(
                 f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
@@ -224,7 +255,7 @@ def runs(home: Path) -> list[Path]:
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
-_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
+_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "lost_worker_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",

@@ -76,6 +76,7 @@ class NodeState:
     keep: bool = False
     evicted: bool = False
     tried: set[str] = field(default_factory=set)
+    lost: int = 0  # times its worker process died under it (SeaEngine.worker_lost)
     started: float = 0.0
     finished: float = 0.0
     open_ended: bool = False  # more consumers may still be added (see SeaEngine.add_nodes)
@@ -113,6 +114,7 @@ class Run:
     known_dirs: set[Path] = field(default_factory=set)  # directories of the home known to exist
     running: dict[str, str] = field(default_factory=dict)  # key -> name, of nodes running now
     start: float = field(default_factory=time.monotonic)
+    ram_peak: int = 0  # the most RAM tiers held at once (sampled as nodes finish)
 
     def __post_init__(self) -> None:
         st = os.stat(self.home)
@@ -190,8 +192,29 @@ class Run:
         """One point of the tier-usage timeline (bytes held per fast tier, stager queue)."""
         timeline = self.report.timeline
         timeline.append([round(time.monotonic() - self.start, 3), [t.used for t in self.hierarchy.fast_tiers], self.stager.queue_length])
+        if self.hierarchy.memory is not None:
+            ram_used, ram_reserved = self.hierarchy.ram_bytes()
+            self.ram_peak = max(self.ram_peak, ram_used)
+            self.hierarchy.memory.committed(ram_used, ram_reserved)  # a sample of what the job is charged
         if len(timeline) > MAX_SAMPLES:
             del timeline[1:-1:2]  # halve the resolution, keep the first and last points
+
+    # ---------------------------------------------------------------- memory (sea.memory)
+    def node_memory(self, key: str) -> int:
+        """The memory node ``key`` declares; a MapNode's sub-node, its MapNode's."""
+        node = self.nodes.get(key)
+        if node is not None and node.part_of is None:
+            return node.spec.memory
+        owner = self.graph.owner(key)
+        return self.nodes[owner].spec.memory if owner in self.nodes else 0
+
+    def reserve_memory(self, key: str) -> None:
+        if self.hierarchy.memory is not None:
+            self.hierarchy.memory.reserve(key, self.node_memory(key))
+
+    def release_memory(self, key: str) -> None:
+        if self.hierarchy.memory is not None:
+            self.hierarchy.memory.release(key)
 
     # ---------------------------------------------------------------- the home
     def makedirs(self, path: Path) -> None:

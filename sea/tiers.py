@@ -24,6 +24,7 @@ import psutil
 
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .durable import device
+from .memory import MemoryBudget, is_ram_backed
 from .private import KEPT_FILE, OWNER_FILE, PrivateDir
 from .sizes import format_size, parse_fraction, parse_size
 
@@ -55,6 +56,7 @@ class Tier:
     stats: TierStats = field(default_factory=TierStats)
     private: PrivateDir | None = None  # Sea's directory on a fast tier, held open
     noexec: bool = False  # mounted noexec: a node that runs a program from its directory fails here
+    ram: bool = False  # a tmpfs: what it holds is the job's memory (sea.memory)
 
     def free_space(self) -> int:
         return psutil.disk_usage(str(self.root)).free
@@ -89,6 +91,7 @@ class StorageHierarchy:
         self.fast_tiers = tiers
         self.home = home
         self.lock = threading.RLock()
+        self.memory: MemoryBudget | None = None  # set when a tier is RAM: it bounds what RAM tiers hold
 
     @property
     def all(self) -> list[Tier]:
@@ -159,7 +162,7 @@ class StorageHierarchy:
                     "[Sea] %s is mounted noexec: a node that runs a program from its own directory fails there and is rerun on the next tier",
                     spec.path,
                 )
-            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private.path, capacity=capacity, private=private, noexec=noexec))
+            tiers.append(Tier(name=f"tier{i}:{spec.path}", root=root, workdir=private.path, capacity=capacity, private=private, noexec=noexec, ram=is_ram_backed(root)))
         return cls(tiers, Tier(name=f"home:{home}", root=home, workdir=home, is_home=True))
 
     def close(self, kept: dict[Path, Path] | None = None, by_rule: list[Path] = (), reason: str = "") -> list[Path]:
@@ -204,18 +207,34 @@ class StorageHierarchy:
 
     # -------------------------------------------------------------- accounting
     def choose(self, estimate: int, exclude: set[str] = frozenset()) -> Tier:
-        """The fastest tier with room for ``estimate`` bytes; counts a spill on each tier passed over."""
+        """The fastest tier with room for ``estimate`` bytes (on a RAM tier, room in the job's
+        memory too); counts a spill on each tier passed over."""
         with self.lock:
             for tier in self.fast_tiers:
                 if tier.name in exclude:
                     continue
-                if tier.room() >= estimate:
+                if tier.room() >= estimate and self.memory_allows(tier, estimate):
                     tier.reserved += estimate
                     tier.stats.nodes_placed += 1
                     return tier
                 tier.stats.spills += 1
             self.home.stats.nodes_placed += 1
             return self.home
+
+    def memory_allows(self, tier: Tier, nbytes: int) -> bool:
+        """Whether the job's memory has room for ``nbytes`` more on ``tier`` (always, off RAM)."""
+        if not tier.ram or self.memory is None:
+            return True
+        if self.memory.fits(nbytes, *self.ram_bytes()):
+            return True
+        self.memory.spills += 1
+        return False
+
+    def ram_bytes(self) -> tuple[int, int]:
+        """(bytes held, bytes reserved for running nodes) on the RAM tiers."""
+        with self.lock:
+            ram = [t for t in self.fast_tiers if t.ram]
+            return sum(t.used for t in ram), sum(t.reserved for t in ram)
 
     def settle(self, tier: Tier, reserved: int, actual: int) -> None:
         """A node finished: its reservation becomes its measured size."""

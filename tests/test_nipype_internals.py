@@ -4,7 +4,9 @@ assumption, when a Nipype release changes one (see nipype_sea/_nipype_internals.
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import time
 
 import nipype
 import pytest
@@ -83,10 +85,31 @@ def test_plugin_lookup_by_attribute_of_plugins_module():
 def test_plugin_instance_attributes():
     plugin = multiproc.MultiProcPlugin(plugin_args={"n_procs": 1})
     try:
-        for attr in ("pool", "_taskresult", "_task_obj", "pending_tasks", "proc_done", "proc_pending", "mapnodesubids", "procs"):
+        for attr in ("pool", "_taskresult", "_task_obj", "pending_tasks", "proc_done", "proc_pending", "mapnodesubids", "procs", "_cwd"):
             assert hasattr(plugin, attr), f"MultiProcPlugin lost the attribute {attr}"
     finally:
         plugin.pool.shutdown()
+
+
+def test_multiproc_pool_as_ours_replaces_it():
+    """EventedMultiProc makes MultiProc's pool itself (its workers offer themselves to the OOM
+    killer) and replaces it when a worker died: MultiProc must still make it this way, and a
+    ProcessPoolExecutor must still say it is broken."""
+    source = inspect.getsource(multiproc.MultiProcPlugin.__init__)
+    for step in ("ProcessPoolExecutor(", "initializer=process_initializer", "initargs=(self._cwd,)", 'self.plugin_args.get("mp_context")'):
+        assert step in source, f"MultiProc no longer makes its pool with {step}"
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1)
+    try:
+        assert pool.submit(os.getpid).result() != os.getpid()
+        assert getattr(pool, "_broken", None) is False  # read by EventedMultiProc._usable_pool
+        os.kill(next(iter(pool._processes)), 9)
+        with pytest.raises(Exception, match="terminated abruptly"):
+            pool.submit(time.sleep, 1).result(timeout=30)
+        assert pool._broken
+    finally:
+        pool.shutdown(wait=True)
 
 
 def double(x):

@@ -1,0 +1,140 @@
+"""RAM tiers are the job's memory: workflows run inside a real memory cgroup, as SLURM confines a job.
+
+Only the child process that runs the workflow enters the cgroup (benchmarks.cgroup), never the test
+runner. The home is a FUSE mount (another filesystem than both tiers, as a shared filesystem is);
+tiers are /dev/shm (RAM: its pages count against the cgroup) then a directory on the local disk.
+
+- The issue's incrementation case (8 x 64 MiB chunks x 3 iterations, n_procs 2) in a 450 MiB cgroup:
+  before Sea counted tmpfs bytes as memory, SeaMultiProc lost a worker to the OOM killer and failed
+  (BrokenProcessPool). It must complete, byte-identical to MultiProc outside the cgroup, with no OOM
+  kill, and its report must give the memory peak against the limit.
+- Nodes that declare less memory than they use (mem_gb 0.01, using 150 MiB each): the OOM killer
+  does kill a worker (the cgroup's own counter shows it); the node runs again, one at a time from
+  then on, and the run completes byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.cgroup import MemoryCgroup, writable_memory_cgroup
+from example_workflows.incrementation import make_chunks
+from sea.memory import job_memory_limit
+from sea.report import RunReport
+
+from conftest import tree_files
+from slowfs_fixtures import slowfs_scratch
+
+pytestmark = pytest.mark.skipif(writable_memory_cgroup() is not None, reason=writable_memory_cgroup() or "")
+
+MiB = 2**20
+REPO = Path(__file__).resolve().parents[1]
+
+# A chain per input of nodes that each hold MIB MiB while they copy their input on (plus one byte).
+HUNGRY = r"""
+import sys
+from nipype import Function, Node, Workflow
+from nipype.interfaces.io import DataSink
+
+def hungry(in_file, mib):
+    import os
+    import numpy as np
+    held = np.ones(int(mib * 2**20) // 8)  # every page touched: resident
+    data = open(in_file, "rb").read()
+    out = os.path.abspath("out.bin")
+    with open(out, "wb") as fh:
+        fh.write(data + bytes([int(held[0])]))
+    return out
+
+base, out, plugin, sea, inputs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+wf = Workflow(name="hungry", base_dir=base)
+sink = Node(DataSink(base_directory=out, parameterization=False), name="sink")
+for i, path in enumerate(inputs):
+    previous = None
+    for step in range(2):
+        node = Node(Function(input_names=["in_file", "mib"], output_names=["out_file"], function=hungry), name=f"hungry{i}_{step}", mem_gb=0.01)
+        node.inputs.mib = 150
+        if previous is None:
+            node.inputs.in_file = path
+        else:
+            wf.connect(previous, "out_file", node, "in_file")
+        previous = node
+    wf.connect(previous, "out_file", sink, f"chain{i}")
+wf.config["execution"]["poll_sleep_duration"] = 0.05
+args = {"n_procs": 2} if plugin == "MultiProc" else {"n_procs": 2, "sea": sea}
+wf.run(plugin=plugin, plugin_args=args)
+"""
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """(home's filesystem root, a local-disk tier, the Sea config naming /dev/shm then it)."""
+    with slowfs_scratch() as fs:
+        local = fs.path.parent / "local"
+        local.mkdir()
+        config = tmp_path / "sea.yml"
+        config.write_text(f"tiers:\n  - path: /dev/shm\n  - path: {local}\nprogress: off\n")
+        yield fs.path, config
+
+
+def run_in_cgroup(limit: int, cmd: list[str], timeout: float = 240) -> tuple[subprocess.CompletedProcess, int]:
+    with MemoryCgroup(limit) as cgroup:
+        done = subprocess.run(cmd, preexec_fn=cgroup.enter, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        return done, cgroup.oom_kills()
+
+
+def test_the_cgroup_limit_is_what_sea_reads():
+    code = "from sea.memory import job_memory_limit; l = job_memory_limit(); print(l.bytes, l.source)"
+    done, _ = run_in_cgroup(300 * MiB, [sys.executable, "-c", code], timeout=60)
+    limit, source = done.stdout.split(" ", 1)
+    assert int(limit) == 300 * MiB, done.stdout + done.stderr
+    assert "cgroup" in source
+    assert job_memory_limit().bytes != 300 * MiB  # the test runner is not in it
+
+
+def test_incrementation_completes_in_a_memory_cgroup(shared, tmp_path):
+    root, config = shared
+    make_chunks(root / "data", 8, 64)
+    incrementation = [sys.executable, "-m", "example_workflows.incrementation", "--chunks", "8", "--chunk-mib", "64", "--iterations", "3"]
+    reference = subprocess.run([*incrementation, "--root", str(tmp_path / "ref"), "--plugin", "MultiProc"], cwd=REPO, capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    done, oom_kills = run_in_cgroup(450 * MiB, [*incrementation, "--root", str(root), "--sea", str(config)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert oom_kills == 0
+    assert tree_files(root / "out") == tree_files(tmp_path / "ref" / "out")
+    report = RunReport.from_json(root / "work" / "sea-report.json")
+    memory = report.memory
+    assert memory is not None and memory.limit_bytes == 450 * MiB and "cgroup" in memory.source
+    assert 0 < memory.peak_charged_bytes <= 450 * MiB
+    assert memory.nodes_held + memory.spills > 0  # it did have to hold back: 2 x (64 MiB on tmpfs + ~190 MiB of node) do not fit
+    assert "memory: peak" in done.stderr and "of the job's 450.0 MiB" in done.stderr
+    assert json.loads((root / "work" / "sea-report.json").read_text())["memory"]["limit_bytes"] == 450 * MiB
+
+
+def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
+    root, config = shared
+    inputs = []
+    for i in range(3):
+        path = root / "data" / f"in{i}.bin"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(bytes([i]) * MiB)
+        inputs.append(str(path))
+    script = tmp_path / "hungry.py"
+    script.write_text(HUNGRY)
+    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), str(tmp_path / "ref-out"), "MultiProc", "", *inputs], cwd=REPO, capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), str(root / "out"), "SeaMultiProc", str(config), *inputs])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
+    assert tree_files(root / "out") == tree_files(tmp_path / "ref-out")
+    report = RunReport.from_json(root / "work" / "sea-report.json")
+    assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
+    assert report.memory.oom_kills == oom_kills
+    assert "lost its worker process" in done.stderr
