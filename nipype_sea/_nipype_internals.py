@@ -512,6 +512,9 @@ class _Unvalidated(pickle._Unpickler):
 
 
 # ------------------------------------------------------------------------- plugin hooks
+REQUEUE = {"requeue": True}  # what _get_result returns for a task whose job goes back to the ready queue
+
+
 class _IncrementalLoop:
     """Nipype's ``DistributedPluginBase.run`` with its bookkeeping kept per job, so that a round
     costs what happened in it, not the size of the graph.
@@ -625,6 +628,11 @@ class _IncrementalLoop:
                 notrun.append(self._clean_queue(jobid, graph))
                 self._run_errors.append(exc)
                 continue
+            if result is REQUEUE:  # to run again, when the loop starts it
+                self._clear_task(taskid)
+                self.proc_done[jobid] = self.proc_pending[jobid] = False
+                self.make_ready(jobid)
+                continue
             if not result:
                 running.append((taskid, jobid))
                 continue
@@ -692,7 +700,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         if getattr(self.pool, "_broken", False):
             logger.warning("[MultiProc] a worker process died (killed by the OOM killer?); starting new worker processes")
             self.pools_lost += 1
-            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool.shutdown(wait=True, cancel_futures=True)  # its processes gone, and their memory with them
             self._new_pool()
         return self.pool
 
@@ -721,6 +729,11 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
 
     def retry_node(self, node, traceback_text: str) -> bool:
         """Return True to resubmit the (re-prepared) copy instead of reporting the failure."""
+        return False
+
+    def rerun_lost(self, node) -> bool:
+        """``node``'s worker process died under it (the OOM killer): return True to queue its job
+        again (it starts as any ready job, within :meth:`max_running`) instead of reporting it."""
         return False
 
     def job_finished(self, node, cached: bool, result=None) -> None:
@@ -893,7 +906,11 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         self._result = result.get("result") if result and not result.get("traceback") else None
         if result and result.get("traceback") and taskid in self._submitted:
             node, updatehash = self._submitted[taskid]
-            if self.retry_node(node, "".join(result["traceback"])):
+            text = "".join(result["traceback"])
+            if lost_worker(text) and self.rerun_lost(node):
+                del self._taskresult[taskid]
+                return REQUEUE
+            if self.retry_node(node, text):
                 del self._taskresult[taskid]
                 future = self._usable_pool().submit(run_node, node, updatehash, taskid)
                 self._task_obj[taskid] = future

@@ -186,12 +186,12 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     def max_running(self) -> int | None:
         return self.engine.concurrency_cap
 
+    def rerun_lost(self, node) -> bool:
+        return self.engine.worker_lost(self._node_key(node), running=len(self.pending_tasks))
+
     def retry_node(self, node, traceback_text: str) -> bool:
         key = self._node_key(node)
-        if nx_.lost_worker(traceback_text):
-            placement = self.engine.worker_lost(key, running=len(self.pending_tasks))
-        else:
-            placement = self.engine.retry_elsewhere(key, traceback_text)
+        placement = self.engine.retry_elsewhere(key, traceback_text)
         if placement is None:
             return False
         nx_.set_run_dir(node, placement.physical)

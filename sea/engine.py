@@ -352,23 +352,23 @@ class SeaEngine:
         with self._lock:
             return self.placer.retry_elsewhere(key, error_text, link)
 
-    def worker_lost(self, key: str, running: int, link: bool = True) -> Placement | None:
+    def worker_lost(self, key: str, running: int) -> bool:
         """The process running ``key`` died under it, one of ``running`` nodes: the OOM killer takes
-        a process when the job passes its memory. The node runs again from a new directory, and
-        from now on fewer nodes run at once (:attr:`concurrency_cap`: one fewer than ran then). The
-        new placement, or ``None`` once it was lost :data:`MAX_LOST` times (it fails, as it would
-        under the engine's own plugin)."""
+        a process when the job passes its memory. Its directory goes; the adapter queues the node
+        again (placed anew when it starts), and from now on fewer nodes run at once
+        (:attr:`concurrency_cap`: one fewer than ran then). False once it was lost
+        :data:`MAX_LOST` times: it fails, as it would under the engine's own plugin."""
         with self._lock:
             node = self.run.nodes.get(key)
             if node is None or node.placement is None or node.lost >= MAX_LOST:
-                return None
+                return False
             node.lost += 1
             self.concurrency_cap = max(1, min(self.concurrency_cap or running, running - 1))
             self.report.lost_worker_retries += 1
             self.log.warning("[Sea] %s lost its worker process (killed by the OOM killer?); rerunning it, %d node(s) at a time from now on", key, self.concurrency_cap)
             self.placer.drop(node)
             node.state = State.WAITING
-            return self.placer.place(key, link)
+            return True
 
     # ---------------------------------------------------------------- transitions
     def node_skipped(self, key: str) -> None:
