@@ -124,6 +124,7 @@ class Configuration:
     checkpoints: str = "auto"  # Sea's checkpoints: auto (the default), none or all
     checkpoint_factor: float = 1.0  # auto's factor (sea.checkpoint)
     prefetch: bool = False  # Sea's prefetch of the input files
+    tier_capacity: str | None = None  # one tier only, /dev/shm with this cap: what it cannot hold goes home
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
 
     @property
@@ -142,6 +143,8 @@ CONFIGURATIONS = (
     Configuration("C2", "SeaMultiProc, auto, factor 2", "SeaMultiProc", sea="tiers", checkpoint_factor=2.0),
     Configuration("C4", "SeaMultiProc, auto, factor 4", "SeaMultiProc", sea="tiers", checkpoint_factor=4.0),
     Configuration("CP", "SeaMultiProc, prefetch on", "SeaMultiProc", sea="tiers", prefetch=True),
+    # half of C's tier peak on the busy incrementation (287 MiB, issue 20), and nothing after it but the home
+    Configuration("CH", "SeaMultiProc, one tier of 144 MiB", "SeaMultiProc", sea="tiers", tier_capacity="144MiB"),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
     Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
     # Pydra 1.0 (incrementation only): the cache_root on the shared filesystem; the workflow's outputs
@@ -151,7 +154,7 @@ CONFIGURATIONS = (
     Configuration("PSP", "Pydra SeaWorker, prefetch on", "sea", out_on_tmpfs=True, sea="tiers", prefetch=True, engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4"))  # those two: for benchmarks.reruns
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CH"))  # C2, C4: for benchmarks.reruns; CH: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:
@@ -160,6 +163,8 @@ def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> li
     since its home is on /dev/shm."""
     if config.sea == "fast":
         return [{"path": str(fast_tmpfs)}]
+    if config.tier_capacity is not None:
+        return [{"path": str(TMPFS_PARENT), "capacity": config.tier_capacity}]
     tiers = [{"path": str(TMPFS_PARENT)}]
     if throttle.throttled:
         tiers.append({"path": str(SHARED_PARENT)})
