@@ -26,7 +26,7 @@ from slurm_cluster import single_host_slurm
 
 from sea.cli import main as sea_cli
 from sea.journal import Journal
-from sea.report import RunReport, WorkerReport
+from sea.report import MemoryReport, RunReport, WorkerReport
 from sea.sizes import parse_size
 
 ROOT = Path(__file__).parents[1]
@@ -69,6 +69,7 @@ COVERAGE = [
     ("test_slurm_use_plugin_yaml_runs_on_slurm", "slurm.md", "yaml", r"plugin: SeaDask\n"),
     ("test_slurm_use_plugin_yaml_runs_on_slurm", "slurm.md", "bash", r"fmriprep .* --use-plugin "),
     ("test_report_listing_is_what_the_report_prints", "slurm.md", "text", r"\s*worker\s+nodes\s+local inputs"),
+    ("test_memory_line_is_what_the_report_prints", "slurm.md", "text", r"\s*memory: peak"),
     ("test_console_session_prints_what_the_doc_shows", "performance.md", "console", r"\$ "),
     ("test_how_it_works_diagram_is_the_home_after_a_run", "how-it-works.md", "text", ""),
     ("test_progress_capture_is_what_a_terminal_shows", "quickstart.md", "text", r"\[Sea\] "),
@@ -446,6 +447,21 @@ def test_report_listing_is_what_the_report_prints():
     printed = RunReport(workers=workers).to_text().splitlines()
     start = next(i for i, line in enumerate(printed) if line.split()[:1] == ["worker"])
     assert block.text.splitlines() == printed[start : start + len(rows) + 1], "\n".join(printed)
+
+
+def test_memory_line_is_what_the_report_prints():
+    """slurm.md's memory line is what MemoryReport.to_text prints for the figures it shows (the
+    cgroup's path shortened to '...', as the page writes it)."""
+    block = one_block("test_memory_line_is_what_the_report_prints", "text")
+    found = re.match(
+        r"^  memory: peak ([\d.]+ \w+) of the job's ([\d.]+ \w+) \((.+); headroom ([\d.]+ \w+)\), RAM tiers up to ([\d.]+ \w+) of it; "
+        r"(\d+) nodes waited for memory; (\d+) directories placed past a RAM tier for want of memory$",
+        block.text,
+    )
+    assert found, block.text
+    peak, limit, source, headroom, ram = (found[i] if i == 3 else parse_size(found[i]) for i in range(1, 6))
+    report = MemoryReport(limit, source, headroom, peak, 0, ram, int(found[6]), int(found[7]))
+    assert report.to_text() == block.text.rstrip("\n")
 
 
 # a progress line as Snapshot.line() writes it, after tqdm's "[Sea] " and bar
