@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.run import REPO_ROOT, describe_machine, footprint
+from benchmarks.run import REPO_ROOT, describe_machine, footprint, tree_digest
 
 SIZES = {"smoke": (1, 1), "part": (10, 6), "full": (20, 6)}  # (subjects, BOLD runs per subject)
 PLUGINS = ("MultiProc", "SeaMultiProc")
@@ -139,14 +139,6 @@ def one_run(plugin: str, n_subjects: int, runs: int, root: Path) -> dict:
     start = time.perf_counter()
     graph = wf.run(plugin=plugin, plugin_args=args)
     return {"seconds": time.perf_counter() - start, "nodes": graph.number_of_nodes()}
-
-
-def tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def run_all(size: str) -> list[dict]:

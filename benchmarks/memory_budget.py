@@ -21,7 +21,6 @@ write byte-identical outputs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -32,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.cgroup import MemoryCgroup, writable_memory_cgroup
-from benchmarks.run import REPO_ROOT, describe_machine
+from benchmarks.run import REPO_ROOT, describe_machine, tree_digest
 
 MIB = 1 << 20
 BUSY = {"write_mbps": 30, "read_mbps": 200, "meta_latency_ms": 5}
@@ -60,14 +59,6 @@ def one_run(plugin: str, data: Path, work: Path, out: Path, local: Path | None) 
     start = time.perf_counter()
     wf.run(plugin=plugin, plugin_args=args)
     return {"seconds": time.perf_counter() - start}
-
-
-def tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def run_all(timeout: float) -> list[dict]:

@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import datetime as dt
 import filecmp
+import hashlib
 import json
 import os
 import platform
@@ -219,6 +220,15 @@ def footprint(*roots: Path) -> tuple[int, int, int]:
                     seen.add((st.st_dev, st.st_ino))
                     files, size = files + 1, size + st.st_size
     return size, files, links
+
+
+def tree_digest(root: Path) -> str:
+    """One hash of the files under ``root``: their paths and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def relative_files(root: Path) -> set[str]:
