@@ -108,6 +108,8 @@ class Throttle:
 
 THROTTLES = {
     "busy": Throttle("busy", write_mbps=30, read_mbps=200, meta_latency_ms=5),
+    # issue 20's: reads as slow as writes (a busy Lustre's, an object store's), where prefetch should pay
+    "slow-reads": Throttle("slow-reads", write_mbps=30, read_mbps=30, meta_latency_ms=5),
     "unloaded": Throttle("unloaded"),
 }
 

@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: seconds per run, for CI; full: the issue's size")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each configuration (default 3)")
-    parser.add_argument("--throttles", default=",".join(THROTTLES), help=f"comma-separated, from {', '.join(THROTTLES)}")
+    parser.add_argument("--throttles", default="busy,unloaded", help=f"comma-separated, from {', '.join(THROTTLES)} (default: busy,unloaded)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS + EXTRA_WORKLOADS)}")
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGURATIONS), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results", help="where <size>.md, .json and .png go")
