@@ -30,7 +30,7 @@ from sea.report import RunReport
 from conftest import tree_files
 from slowfs_fixtures import slowfs_scratch
 
-pytestmark = pytest.mark.skipif(writable_memory_cgroup() is not None, reason=writable_memory_cgroup() or "")
+needs_cgroup = pytest.mark.skipif(writable_memory_cgroup() is not None, reason=writable_memory_cgroup() or "")
 
 MiB = 2**20
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +88,7 @@ def run_in_cgroup(limit: int, cmd: list[str], timeout: float = 240) -> tuple[sub
         return done, cgroup.oom_kills()
 
 
+@needs_cgroup
 def test_the_cgroup_limit_is_what_sea_reads():
     code = "from sea.memory import job_memory_limit; l = job_memory_limit(); print(l.bytes, l.source)"
     done, _ = run_in_cgroup(300 * MiB, [sys.executable, "-c", code], timeout=60)
@@ -97,6 +98,7 @@ def test_the_cgroup_limit_is_what_sea_reads():
     assert job_memory_limit().bytes != 300 * MiB  # the test runner is not in it
 
 
+@needs_cgroup
 def test_incrementation_completes_in_a_memory_cgroup(shared, tmp_path):
     root, config = shared
     make_chunks(tmp_path / "data", 8, 64)  # once, on the local disk: both runs read them there
@@ -120,6 +122,7 @@ def test_incrementation_completes_in_a_memory_cgroup(shared, tmp_path):
     assert json.loads((root / "work" / "sea-report.json").read_text())["memory"]["limit_bytes"] == 450 * MiB
 
 
+@needs_cgroup
 def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
     root, config = shared
     inputs = []
@@ -141,3 +144,44 @@ def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
     assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
     assert report.memory.oom_kills == oom_kills
     assert "lost its worker process" in done.stderr
+
+
+def test_cgroup_v2_and_hybrid_layouts_are_read(tmp_path):
+    """Sites run cgroup v2 (this machine has v1): the same reader, given a /proc and a cgroup tree as
+    a v2 host lays them out, finds the tightest memory.max over the group and its parents, reads the
+    charge from that group's memory.stat, and ignores a v2 mount without the memory controller
+    (a hybrid host, as this one)."""
+    proc, tree = tmp_path / "proc", tmp_path / "cgroup"
+    job = tree / "system.slice" / "slurmstepd.scope" / "job_42"
+    step = job / "step_0" / "user" / "task_0"
+    step.mkdir(parents=True)
+    (tree / "system.slice" / "memory.max").write_text("max\n")
+    (job / "memory.max").write_text(f"{450 * MiB}\n")
+    (job / "step_0" / "memory.max").write_text(f"{900 * MiB}\n")
+    (step / "memory.max").write_text("max\n")
+    (job / "memory.stat").write_text(f"anon {100 * MiB}\nfile {500 * MiB}\nshmem {64 * MiB}\nfile_dirty {MiB}\nfile_writeback 0\n")
+    (job / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    proc.mkdir()
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n")
+    (proc / "mountinfo").write_text(f"30 23 0:26 / {tree} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n")
+
+    from sea.memory import MemoryBudget, cgroup_limit
+
+    limit = cgroup_limit(proc)
+    assert limit is not None and limit.bytes == 450 * MiB and limit.group == job and limit.v2
+    assert limit.oom_kills() == 1
+    assert limit.charge_reader()() == 165 * MiB  # anon + shmem + dirty: clean page cache is reclaimable
+    budget = MemoryBudget(limit, headroom=32 * MiB)
+    assert budget.free(ram_used=0, ram_reserved=0) == (450 - 32 - 165) * MiB
+
+    # a hybrid host: v1 memory controller, a v2 mount without it (no memory.max there)
+    v1 = tmp_path / "v1"
+    (v1 / "slurm" / "uid_0" / "job_7").mkdir(parents=True)
+    (v1 / "slurm" / "uid_0" / "job_7" / "memory.limit_in_bytes").write_text(f"{300 * MiB}\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (proc / "cgroup").write_text("4:memory:/slurm/uid_0/job_7\n0::/user.slice\n")
+    (proc / "mountinfo").write_text(
+        f"35 31 0:32 / {v1} rw,relatime - cgroup cgroup rw,memory\n41 31 0:38 / {tree} rw,relatime - cgroup2 cgroup2 rw\n"
+    )
+    limit = cgroup_limit(proc)
+    assert limit is not None and limit.bytes == 300 * MiB and not limit.v2
