@@ -688,7 +688,6 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         self._result = None  # the result _get_result just returned, for the _task_finished_cb that follows
         self.pool.shutdown(wait=False)  # MultiProc's, which started no process yet: ours marks its workers
         self._new_pool()
-        self.pools_lost = 0  # pools broken by a worker process's death (the OOM killer), replaced
 
     def _new_pool(self) -> None:
         """MultiProc's pool, its workers the OOM killer's first choice over the loop (:func:`_worker_init`)."""
@@ -699,7 +698,6 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         """The pool, replaced by a new one if a worker process died (a broken pool takes no task)."""
         if getattr(self.pool, "_broken", False):
             logger.warning("[MultiProc] a worker process died (killed by the OOM killer?); starting new worker processes")
-            self.pools_lost += 1
             self.pool.shutdown(wait=True, cancel_futures=True)  # its processes gone, and their memory with them
             self._new_pool()
         return self.pool
