@@ -34,7 +34,8 @@ WORKLOADS = ("incrementation", "filtering")  # the default
 # --workloads fmri_preproc,dwi_mrtrix: the fMRIPrep-like example (8 steps per subject) and the
 # MRtrix3 one (the tools must be installed)
 # many_files: one DataSink of many small files (issue 16's 10,000), where a copy costs its metadata
-EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix", "many_files")
+# read_compute: a first step that reads its input and computes twice as long (issue 20's prefetch case)
+EXTRA_WORKLOADS = ("fmri_preproc", "dwi_mrtrix", "many_files", "read_compute")
 FMRI_MATRIX = 64  # voxels per axis of the fmri_preproc runs; their length makes one run unit_mib
 DWI_MATRIX = 48  # voxels per axis of the dwi_mrtrix runs; their directions make one run unit_mib
 # Workloads whose tools memory-map their files (MRtrix3): on the busy filesystem, slowfs serves them in
@@ -49,12 +50,17 @@ def many_files(size: Size) -> int:
 
 def steps(workload: str, size: Size) -> int:
     """Nodes per chain that write a unit-sized file (the declared output is the last one's)."""
-    return {"incrementation": size.iterations, "fmri_preproc": 6, "dwi_mrtrix": 4}.get(workload, 3)
+    return {"incrementation": size.iterations, "fmri_preproc": 6, "dwi_mrtrix": 4, "read_compute": 0}.get(workload, 3)
 
 
 def describe_workload(workload: str, size: Size) -> str:
     if workload == "incrementation":
         return f"incrementation, {size.units} chunks x {size.unit_mib:g} MiB x {size.iterations} iterations"
+    if workload == "read_compute":
+        from benchmarks.read_compute import compute_seconds
+
+        return (f"read_compute, {size.units} subjects x {size.unit_mib:g} MiB read whole by a first step that then computes "
+                f"{compute_seconds(size.unit_mib):.2f} s (twice its read at 30 MB/s), a 1 MiB summary, a DataSink")  # fmt: skip
     if workload == "many_files":
         return f"many_files, one node writing {many_files(size)} text files of about 1.4 KiB, one DataSink of their directory"
     if workload == "dwi_mrtrix":
@@ -179,6 +185,10 @@ def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path,
         from example_workflows.incrementation import build_workflow
 
         return build_workflow(data, size.units, size.iterations, work, out)
+    if workload == "read_compute":
+        from benchmarks.read_compute import build_workflow
+
+        return build_workflow(data, size.units, size.unit_mib, work, out)
     if workload == "many_files":
         from example_workflows.many_files import build_workflow
 
@@ -206,6 +216,10 @@ def make_inputs(workload: str, size: Size, data: Path) -> None:
         from example_workflows.incrementation import make_chunks
 
         make_chunks(data, size.units, size.unit_mib)
+    elif workload == "read_compute":
+        from benchmarks.read_compute import make_inputs as make
+
+        make(data, size.units, size.unit_mib)
     elif workload == "many_files":
         from example_workflows.many_files import make_atlas
 
