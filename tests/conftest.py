@@ -40,10 +40,33 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+TMPFS_PREFIX = "sea-test-tmpfs-"
+
+
+def unmount_stale_tmpfs(parent: str = "/var/tmp") -> list[Path]:
+    """Unmount and remove the tmpfs mounts of test runs that died without their cleanup (killed:
+    a ``finally`` never ran). Each mount point names the pid of the run that made it."""
+    removed = []
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mountpoint = Path(line.split()[1])
+        if mountpoint.parent != Path(parent) or not mountpoint.name.startswith(TMPFS_PREFIX):
+            continue
+        pid = mountpoint.name[len(TMPFS_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue  # a live run's
+        if subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
+        shutil.rmtree(mountpoint, ignore_errors=True)
+        removed.append(mountpoint)
+    return removed
+
+
 @contextlib.contextmanager
 def mounted_tmpfs(size: str, parent: str = "/var/tmp", options: str = ""):
-    """A fresh tmpfs of ``size`` (e.g. "8M"; ``options``, e.g. "noexec"), unmounted afterwards even if the test fails."""
-    mountpoint = Path(tempfile.mkdtemp(prefix="sea-test-tmpfs-", dir=parent))
+    """A fresh tmpfs of ``size`` (e.g. "8M"; ``options``, e.g. "noexec"), unmounted afterwards even if
+    the test fails; one a killed run left is unmounted by the next (:func:`unmount_stale_tmpfs`)."""
+    unmount_stale_tmpfs(parent)
+    mountpoint = Path(tempfile.mkdtemp(prefix=f"{TMPFS_PREFIX}{os.getpid()}-", dir=parent))
     opts = f"size={size}" + (f",{options}" if options else "")
     result = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(mountpoint)], capture_output=True, text=True)
     if result.returncode != 0:
