@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 SYNCFS_TRUSTED = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "nfs", "nfs4", "lustre", "gpfs", "tmpfs"})
 SYNCFS_MIN_FILES = 16
@@ -62,15 +64,39 @@ def syncfs(path: Path) -> None:
     _through_dir(path, _syncfs)
 
 
+class Mount(NamedTuple):
+    """One line of a mount table (``/proc/<pid>/mountinfo``)."""
+
+    device: int  # st_dev of what is mounted
+    root: str  # the directory of the filesystem shown at the mount point
+    mountpoint: str
+    fstype: str
+    options: tuple[str, ...]  # the filesystem's own (super) options
+
+
+def mount_table(mountinfo: str | None = None) -> list[Mount]:
+    """This process's mounts (or those ``mountinfo``'s text gives), paths unescaped."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    mounts = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        major, minor = fields[2].split(":")
+        options = tuple(fields[sep + 3].split(",")) if len(fields) > sep + 3 else ()
+        mounts.append(Mount(os.makedev(int(major), int(minor)), _unescape(fields[3]), _unescape(fields[4]), fields[sep + 1], options))
+    return mounts
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def filesystem_types() -> dict[int, str]:
     """Device number (``st_dev``) -> filesystem type, from this process's mount table."""
-    types = {}
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            fields = line.split()
-            major, minor = fields[2].split(":")
-            types[os.makedev(int(major), int(minor))] = fields[fields.index("-") + 1]
-    return types
+    return {mount.device: mount.fstype for mount in mount_table()}
 
 
 class BatchSync:

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import psutil
 
+from .durable import device, filesystem_types, mount_table
+
 RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
@@ -84,9 +86,13 @@ def cgroup_limit(proc: Path = Path("/proc/self")) -> MemoryLimit | None:
     ``memory.max``), with each group's parents up to the hierarchy's root; ``None`` if none is set."""
     try:
         groups = (proc / "cgroup").read_text().splitlines()
-        mounts = _cgroup_mounts((proc / "mountinfo").read_text())
+        table = mount_table((proc / "mountinfo").read_text())
     except OSError:
         return None
+    mounts = {
+        "v1": [(m.root, m.mountpoint) for m in table if m.fstype == "cgroup" and "memory" in m.options],
+        "v2": [(m.root, m.mountpoint) for m in table if m.fstype == "cgroup2"],
+    }
     best: MemoryLimit | None = None
     for line in groups:
         hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
@@ -106,27 +112,6 @@ def cgroup_limit(proc: Path = Path("/proc/self")) -> MemoryLimit | None:
                 if limit is not None and (best is None or limit < best.bytes):
                     best = MemoryLimit(limit, f"cgroup {'v2 memory.max' if v2 else 'v1 memory.limit_in_bytes'} of {group}", group, v2)
     return best
-
-
-def _cgroup_mounts(mountinfo: str) -> dict[str, list[tuple[str, str]]]:
-    """(root of the hierarchy shown, mount point) of the v1 memory and the v2 cgroup mounts."""
-    mounts: dict[str, list[tuple[str, str]]] = {"v1": [], "v2": []}
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        sep = fields.index("-")
-        fstype, options = fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""
-        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
-        if fstype == "cgroup2":
-            mounts["v2"].append((root, mountpoint))
-        elif fstype == "cgroup" and "memory" in options.split(","):
-            mounts["v1"].append((root, mountpoint))
-    return mounts
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _read_limit(path: Path) -> int | None:
@@ -168,13 +153,7 @@ def _machine_charge() -> int:
 
 def is_ram_backed(path: Path) -> bool:
     """Whether ``path`` is on a tmpfs or ramfs (its files are memory)."""
-    best, fstype = "", ""
-    path = str(Path(path).resolve())
-    for part in psutil.disk_partitions(all=True):
-        mountpoint = part.mountpoint
-        if (path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/")) and len(mountpoint) >= len(best):
-            best, fstype = mountpoint, part.fstype
-    return fstype in RAM_FILESYSTEMS
+    return filesystem_types().get(device(Path(path))) in RAM_FILESYSTEMS
 
 
 class MemoryBudget:
