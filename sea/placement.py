@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .graph import NodeSpec
-from .run_state import NodeState, Placement, Run, State
+from .run_state import NodeState, Placement, Run, State, part_kind
 from .sizes import format_size
 
 STAGING_DIR = "declared"  # on a tier: where sinks write their declared outputs
@@ -40,8 +40,7 @@ class Placer:
         if node.placement is not None and node.state is State.RUNNING:
             return node.placement  # a MapNode placed before its sub-nodes, submitted again
         owner = run.nodes[node.part_of] if node.part_of else None
-        producers = run.graph.producers(owner.spec.key if owner else key)
-        estimate = run.estimator.estimate(node.spec.kind, sum(run.nodes[p].size for p in producers))
+        estimate = run.estimate(key)
         logical = run.home / key
         if key in run.fresh:
             run.fresh.discard(key)  # known absent: no need to ask the shared filesystem
@@ -102,7 +101,7 @@ class Placer:
         if owner.placement is None:
             self.place(owner_key)
             run.release_memory(owner_key)  # its sub-nodes run, each with its memory; it only collects them
-        part = NodeState(spec=NodeSpec(key, kind=f"{owner.spec.kind}[part]"), consumers_left=set(), part_of=owner_key)
+        part = NodeState(spec=NodeSpec(key, kind=part_kind(owner.spec.kind)), consumers_left=set(), part_of=owner_key)
         run.nodes[key] = part
         run.report.subnodes += 1
         owner.parts.append(key)

@@ -199,6 +199,18 @@ class Run:
         if len(timeline) > MAX_SAMPLES:
             del timeline[1:-1:2]  # halve the resolution, keep the first and last points
 
+    def estimate(self, key: str) -> int:
+        """The bytes node ``key``'s directory is expected to take (a MapNode's sub-node: from its
+        MapNode's producers), from what the nodes it reads measured."""
+        node = self.nodes.get(key)
+        if node is None:  # a MapNode's sub-node not placed yet
+            owner = self.graph.owner(key)
+            kind = part_kind(self.nodes[owner].spec.kind)
+        else:
+            owner, kind = node.part_of, node.spec.kind
+        producers = self.graph.producers(owner or key)
+        return self.estimator.estimate(kind, sum(self.nodes[p].size for p in producers))
+
     # ---------------------------------------------------------------- memory (sea.memory)
     def node_memory(self, key: str) -> int:
         """The memory node ``key`` declares; a MapNode's sub-node, its MapNode's."""
@@ -261,6 +273,11 @@ class Run:
                 path.rmdir()
             except OSError:
                 pass
+
+
+def part_kind(kind: str) -> str:
+    """The kind a MapNode's sub-nodes are estimated as, from their MapNode's."""
+    return f"{kind}[part]"
 
 
 def disk_usage(path: Path) -> tuple[int, int]:

@@ -250,6 +250,7 @@ class FlushBatch:
     _sync: BatchSync | None = None
     _renaming: bool = False
     _bytes_left: int = 0  # of its files, not committed yet (the stager's backlog)
+    _priority: int = DECLARED
     _sync_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -276,6 +277,7 @@ class Stager:
         self._in_flight = 0
         self._pending: dict[int, int] = {}  # priority -> files of batches not settled yet
         self._backlog_bytes = 0  # bytes of files submitted and not committed (nor given up) yet
+        self._optional_bytes = 0  # of those, the optional checkpoints' (they use only an idle link)
         self.committed_bytes = 0  # bytes copied home so far
         self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
 
@@ -289,6 +291,13 @@ class Stager:
         with self._idle:
             return max(self._backlog_bytes, 0), self._in_flight
 
+    @property
+    def needed_backlog(self) -> int:
+        """Bytes the run needs home (declared outputs, directories that must go) not committed yet:
+        the backlog without optional checkpoints, which give way to it."""
+        with self._idle:
+            return max(self._backlog_bytes - self._optional_bytes, 0)
+
     def submit(self, batch: FlushBatch, priority: int = DECLARED) -> None:
         if not batch.files:
             batch.on_done(batch)
@@ -296,9 +305,12 @@ class Stager:
         batch._left = len(batch.files)
         batch._sync = BatchSync(len(batch.files))
         batch._bytes_left = sum(_size(src) for src, _ in batch.files)  # tier files: a cheap lstat each
+        batch._priority = priority
         with self._idle:
             self._in_flight += len(batch.files)
             self._backlog_bytes += batch._bytes_left
+            if priority == CHECKPOINT:
+                self._optional_bytes += batch._bytes_left
             self._pending[priority] = self._pending.get(priority, 0) + len(batch.files)
             while len(self._threads) < self._threads_wanted:
                 thread = threading.Thread(target=self._work, name=f"sea-stager_{len(self._threads)}", daemon=True)
@@ -411,6 +423,8 @@ class Stager:
             self._in_flight -= len(batch.files)
             self._pending[priority] -= len(batch.files)
             self._backlog_bytes -= batch._bytes_left  # what was not copied (abandoned, failed)
+            if priority == CHECKPOINT:
+                self._optional_bytes -= batch._bytes_left
             batch._bytes_left = 0
             self._idle.notify_all()
 
@@ -462,6 +476,8 @@ class Stager:
         with self._idle:
             self.committed_bytes += size
             self._backlog_bytes -= size
+            if batch._priority == CHECKPOINT:
+                self._optional_bytes -= size
             batch._bytes_left -= size
 
     def _retrying(self, batch: FlushBatch, src: Path, dst: Path, attempt: Callable[[], None]) -> bool:

@@ -221,6 +221,14 @@ class StorageHierarchy:
             self.home.stats.nodes_placed += 1
             return self.home
 
+    def has_room(self, estimate: int) -> bool:
+        """Whether :meth:`choose` would find a fast tier for ``estimate`` bytes now (nothing counted)."""
+        with self.lock:
+            return any(
+                t.room() >= estimate and (not t.ram or self.memory is None or self.memory.fits(estimate, *self.ram_bytes()))
+                for t in self.fast_tiers
+            )
+
     def memory_allows(self, tier: Tier, nbytes: int) -> bool:
         """Whether the job's memory has room for ``nbytes`` more on ``tier`` (always, off RAM)."""
         if not tier.ram or self.memory is None:
