@@ -132,6 +132,7 @@ class Configuration:
     checkpoints: str = "auto"  # Sea's checkpoints: auto (the default), none or all
     checkpoint_factor: float = 1.0  # auto's factor (sea.checkpoint)
     prefetch: bool = False  # Sea's prefetch of the input files
+    backpressure: bool = True  # Sea's back-pressure on the link home (sea.backpressure)
     tier_capacity: str | None = None  # one tier only, /dev/shm with this cap: what it cannot hold goes home
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
 
@@ -150,6 +151,7 @@ CONFIGURATIONS = (
     # auto's factor measured (benchmarks.reruns --configs A,CN,C,C2,C4,C'): C's is 1, the default
     Configuration("C2", "SeaMultiProc, auto, factor 2", "SeaMultiProc", sea="tiers", checkpoint_factor=2.0),
     Configuration("C4", "SeaMultiProc, auto, factor 4", "SeaMultiProc", sea="tiers", checkpoint_factor=4.0),
+    Configuration("CB", "SeaMultiProc, back-pressure off", "SeaMultiProc", sea="tiers", backpressure=False),
     Configuration("CP", "SeaMultiProc, prefetch on", "SeaMultiProc", sea="tiers", prefetch=True),
     # half of C's tier peak on the busy incrementation (287 MiB, issue 20), and nothing after it but the home
     Configuration("CH", "SeaMultiProc, one tier of 144 MiB", "SeaMultiProc", sea="tiers", tier_capacity="144MiB"),
@@ -162,7 +164,7 @@ CONFIGURATIONS = (
     Configuration("PSP", "Pydra SeaWorker, prefetch on", "sea", out_on_tmpfs=True, sea="tiers", prefetch=True, engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CH"))  # C2, C4: for benchmarks.reruns; CH: issue 20's
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH"))  # C2, C4: for benchmarks.reruns; CB, CH: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:

@@ -158,7 +158,7 @@ def worker(args: argparse.Namespace) -> None:
         plugin_args["status_callback"] = record_start
     if config.sea:
         plugin_args["sea"] = {"tiers": json.loads(args.tiers), "checkpoints": config.checkpoints, "checkpoint_factor": config.checkpoint_factor,
-                              "prefetch": config.prefetch,
+                              "prefetch": config.prefetch, "backpressure": config.backpressure,
                               "sinks": ["DataSink", "DerivativesDataSink"]}  # fmt: skip
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
@@ -177,7 +177,8 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
     from example_workflows.incrementation.pydra_workflow import Incrementation
 
     chunks = make_chunks(args.data, size.units, size.unit_mib)  # already there: only lists them
-    options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch, "checkpoints": config.checkpoints}} if config.sea else {}
+    options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch, "checkpoints": config.checkpoints,
+                        "backpressure": config.backpressure}} if config.sea else {}
     start = time.monotonic()
     with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
         result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))

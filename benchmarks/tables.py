@@ -178,7 +178,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]

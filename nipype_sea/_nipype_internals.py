@@ -512,6 +512,7 @@ class _Unvalidated(pickle._Unpickler):
 
 
 # ------------------------------------------------------------------------- plugin hooks
+HELD_PER_ROUND = 16  # jobs a round holds back before it stops looking further down the ready queue
 REQUEUE = {"requeue": True}  # what _get_result returns for a task whose job goes back to the ready queue
 
 
@@ -587,7 +588,8 @@ class _IncrementalLoop:
                     notrun += self._start_ready(graph, updatehash)
                 if not self.pending_tasks and not self._ready:
                     break
-                if self.pending_tasks and not any(self.task_done(taskid) for taskid, _ in self.pending_tasks):
+                if not self.pending_tasks or not any(self.task_done(taskid) for taskid, _ in self.pending_tasks):
+                    # nothing ended yet; or nothing runs and the adapter holds every ready job (it wakes the loop)
                     waited = time.perf_counter()
                     self._wake.wait(self._poll_timeout)
                     self.waited_seconds += time.perf_counter() - waited
@@ -708,9 +710,9 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         holds it back and queues it again with :meth:`make_ready`)."""
         return True
 
-    def memory_fits(self, jobid: int) -> bool:
-        """Whether ``jobid``'s memory fits beside what runs (asked while something runs: a job that
-        does not fit waits for the next round)."""
+    def may_start(self, jobid: int) -> bool:
+        """Whether ``jobid`` may start now: a job held back waits for the next round. An adapter
+        that holds a job while nothing runs must :meth:`wake` the loop when it may start."""
         return True
 
     def max_running(self) -> int | None:
@@ -798,8 +800,10 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
                 th = min(node.n_procs, self.processors)
                 gpu = node.is_gpu_node()
                 gpu_th = min(node.n_procs, self.n_gpu_procs) if gpu else 0
-                if self.pending_tasks and (th > free_th or gb > free_gb or gpu_th > free_gpu or not self.memory_fits(jobid)):
+                if (self.pending_tasks and (th > free_th or gb > free_gb or gpu_th > free_gpu)) or not self.may_start(jobid):
                     held.append(jobid)
+                    if len(held) > HELD_PER_ROUND:
+                        break  # the best jobs wait: no need to ask the whole queue this round
                     continue
                 self.proc_done[jobid] = True
                 self.proc_pending[jobid] = True

@@ -131,8 +131,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
     def ready_key(self, jobid: int) -> str:
         return self._job_key(jobid)
 
-    def memory_fits(self, jobid: int) -> bool:
-        return self.engine.memory_fits(self._job_key(jobid))
+    def may_start(self, jobid: int) -> bool:
+        return self.engine.may_start(self._job_key(jobid), running=len(self.pending_tasks))
 
     def admit_job(self, jobid: int) -> bool:
         key = self._job_key(jobid)

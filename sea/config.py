@@ -179,6 +179,16 @@ class SeaConfig:
         default=False,
         metadata=_doc("the same as checkpoints: all (Sea's copy-all; kept for existing configurations)", False),
     )
+    backpressure: bool = field(
+        default=True,
+        metadata=_doc(
+            "hold back a ready node that would add declared outputs (it leads to a sink) while the copies "
+            "home are behind: their backlog would not drain, at the rate measured, before the node's own "
+            "outputs arrive. Keeps the fast tiers from filling with outputs waiting for a busy link; a run "
+            "whose link keeps up is never held",
+            True,
+        ),
+    )
     stager_threads: int = field(
         default=2, metadata=_doc("threads copying declared outputs home in the background", 2)
     )
@@ -543,6 +553,7 @@ _PARSERS = {
     "checkpoints": _parse_checkpoints,
     "checkpoint_factor": _parse_factor,
     "keep_intermediates": check_bool,
+    "backpressure": check_bool,
     "stager_threads": _parse_threads,
     "report": _parse_report,
     "sinks": _parse_sinks,

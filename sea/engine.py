@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from .backpressure import BackPressure
 from .checkpoint import CheckpointPolicy, CopyCost
 from .config import SeaConfig, headroom_bytes
 from .estimate import SizeEstimator
@@ -134,6 +135,7 @@ class SeaEngine:
             )
             self.placer = Placer(self.run, self._inputs_moved)
             self.evictor = Evictor(self.run)
+            self.backpressure = BackPressure(self.run)
             self.flusher = Flusher(self.run, self.evictor, self.placer)
             self.rerun_plan = RerunPlan()
             self._lock = self.run.lock
@@ -330,19 +332,20 @@ class SeaEngine:
         with self._lock:
             return self.placer.place(key, link)
 
-    def memory_fits(self, key: str) -> bool:
-        """Whether node ``key`` may start now as far as memory goes: with a RAM tier, its declared
-        memory must fit in the job's memory beside what running nodes reserve and RAM tiers hold
-        (:mod:`sea.memory`); when it does not, the adapter holds it until a node ends. Its directory
-        goes to a RAM tier only if that fits too (:meth:`place`)."""
+    def may_start(self, key: str, running: int) -> bool:
+        """Whether ready node ``key`` may start now, beside ``running`` nodes; if not, the adapter
+        holds it until a node ends or a copy home commits (``on_event``). With a RAM tier, its
+        declared memory must fit in the job's memory beside what running nodes reserve and RAM
+        tiers hold (:mod:`sea.memory`; its directory goes to a RAM tier only if that fits too; with
+        nothing running, it starts). And the link home must keep up: a node that would add
+        declared bytes waits while the stager's backlog would not drain before they arrive
+        (:mod:`sea.backpressure`; the backlog drains whatever runs)."""
         budget = self.hierarchy.memory
-        if budget is None:
-            return True
         with self._lock:
-            if budget.fits(self.run.node_memory(key), *self.hierarchy.ram_bytes()):
-                return True
-            budget.held.add(key)
-            return False
+            if running and budget is not None and not budget.fits(self.run.node_memory(key), *self.hierarchy.ram_bytes()):
+                budget.held.add(key)
+                return False
+            return not self.backpressure.holds(key, running)
 
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, or could not run a program from
@@ -423,6 +426,7 @@ class SeaEngine:
             self.run.sample()
             seconds = node.finished - node.started if node.started else None
             self.estimator.learn(node.spec.kind, size, seconds)
+            self.backpressure.node_ran(seconds, size)
             node.checkpoint = self.checkpoints.decide(
                 key,
                 seconds or 0.0,
@@ -648,6 +652,7 @@ class SeaEngine:
         report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, report.rerun_worst_seconds = self.checkpoints.worst_rerun()
         report.rerun_worst_node = worst or ""
+        report.nodes_held_for_link = len(self.backpressure.held)
         budget = self.hierarchy.memory
         if budget is not None:
             report.memory = MemoryReport(

@@ -94,6 +94,7 @@ class RunReport:
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
     lost_worker_retries: int = 0  # nodes rerun after their worker process died (the OOM killer)
+    nodes_held_for_link: int = 0  # ready nodes held back while the link home caught up (sea.backpressure)
     tiers: list[TierReport] = field(default_factory=list)
     bytes_flushed: int = 0
     files_flushed: int = 0
@@ -194,7 +195,8 @@ class RunReport:
             f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files"
             + (f" ({self.flush_retries} copies tried again after an error)" if self.flush_retries else "")
             + "; "
-            f"evicted: {format_size(self.bytes_evicted)}; waited on the stager: {self.stager_wait_seconds:.2f} s",
+            f"evicted: {format_size(self.bytes_evicted)}; waited on the stager: {self.stager_wait_seconds:.2f} s"
+            + (f"; {self.nodes_held_for_link} nodes waited for the link home to catch up" if self.nodes_held_for_link else ""),
             f"  shared filesystem: {self.files_created_home} files, {format_size(self.bytes_written_home)} written "
             f"(without Sea: {self.without_sea_files_home} files, {format_size(self.without_sea_bytes_home)})",
         ]
@@ -255,7 +257,7 @@ def runs(home: Path) -> list[Path]:
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
-_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "lost_worker_retries", "bytes_flushed", "files_flushed", "bytes_evicted",
+_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "lost_worker_retries", "nodes_held_for_link", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",

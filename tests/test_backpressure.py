@@ -1,0 +1,48 @@
+"""Back-pressure: on a small tier in front of a busy home, a node waits for room that is on its way
+instead of spilling its directory home.
+
+The home is the busy shared filesystem (benchmarks.slowfs: 30 MB/s writes). The one fast tier holds
+two chains' live directories and half a chunk more, so a chain's declared output waiting for its
+copy home leaves no room for the next chain's second step. Before sea.backpressure that node's
+directory went to the home (a spill: written at 30 MB/s, beside the declared outputs it competes
+with, then read back); now it waits until the copy commits and its directory leaves the tier.
+"""
+
+from __future__ import annotations
+
+import json
+
+from example_workflows.incrementation import build_workflow, make_chunks
+
+from conftest import tree_files
+from slowfs_fixtures import slowfs_scratch
+
+CHUNKS, CHUNK_MIB, ITERATIONS = 6, 8, 3
+
+
+def run(data, base, out, plugin, plugin_args):
+    wf = build_workflow(data, CHUNKS, ITERATIONS, base, out)
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin=plugin, plugin_args={"n_procs": 2, **plugin_args})
+
+
+def test_a_small_tier_waits_for_room_instead_of_spilling_home(tmp_path, shm_dir):
+    data = tmp_path / "data"
+    make_chunks(data, CHUNKS, CHUNK_MIB)
+    run(data, tmp_path / "mp", tmp_path / "mp-out", "MultiProc", {})
+    # two chains' live directories (input and output of a step each) and half a chunk; a node of a
+    # kind not seen yet is taken to be a chunk's size (the default, 64 MiB, would not fit at all)
+    capacity = f"{4 * CHUNK_MIB + CHUNK_MIB // 2}MiB"
+    with slowfs_scratch(write_mbps=30, read_mbps=200, meta_latency_ms=5) as fs:
+        home, out = fs.path / "work", fs.path / "out"
+        run(data, home, out, "SeaMultiProc", {"sea": {"tiers": [{"path": str(shm_dir), "capacity": capacity}], "default_node_size": f"{CHUNK_MIB}MiB"}})
+        report = json.loads((home / "sea-report.json").read_text())
+        assert tree_files(out) == tree_files(tmp_path / "mp-out")
+    placed = {t["name"].split(":")[0]: t["nodes_placed"] for t in report["tiers"]}
+    assert placed["home"] == 0, f"directories spilled home: {report['tiers']}"
+    assert report["nodes_held_for_link"] >= 1, report
+    assert report["tiers"][0]["peak_bytes"] <= tier_bytes(capacity)
+
+
+def tier_bytes(capacity: str) -> int:
+    return int(capacity.removesuffix("MiB")) * 2**20
