@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -145,9 +145,14 @@ def describe_machine() -> Machine:
 
 
 # ---------------------------------------------------------------------------------- worker process
+def chosen_size(args: argparse.Namespace) -> Size:
+    size = SIZES[args.size]
+    return replace(size, units=args.units) if args.units else size
+
+
 def worker(args: argparse.Namespace) -> None:
     """Run one configuration once in this fresh process; write what only the process knows."""
-    config, size = BY_KEY[args.worker], SIZES[args.size]
+    config, size = BY_KEY[args.worker], chosen_size(args)
     if config.engine == "pydra":
         return pydra_worker(args, config, size)
     wf = build_workflow(args.workload, size, args.data, args.work, args.out, **json.loads(args.params or "{}"))
@@ -299,7 +304,7 @@ def launch(
     count = stage.logs / f"{stage.throttle.name}-{name}.started"  # not on the shared filesystem: no throttle
     count.unlink(missing_ok=True)
     command = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", config.key, "--workload", workload, "--size", size.name,
+        sys.executable, str(Path(__file__).resolve()), "--worker", config.key, "--workload", workload, "--size", size.name, "--units", str(size.units),
         "--data", str(stage.shared / workload), "--work", str(work), "--out", str(out), "--result", str(result),
         "--tiers", json.dumps(sea_tiers(config, stage.throttle, stage.fast_tmpfs)), "--params", json.dumps(params or {}),
         "--count", str(count),
@@ -471,6 +476,7 @@ def selection(text: str, known, what: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: seconds per run, for CI; full: the issue's size")
+    parser.add_argument("--units", type=int, help="chunks or subjects, instead of the size's (full: 8)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each configuration (default 3)")
     parser.add_argument("--throttles", default="busy,unloaded", help=f"comma-separated, from {', '.join(THROTTLES)} (default: busy,unloaded)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS + EXTRA_WORKLOADS)}")
@@ -485,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.units is not None and args.units < 1:
+        parser.error("--units must be at least 1")
     throttles = [THROTTLES[t] for t in selection(args.throttles, THROTTLES, "throttle")]
     workloads = selection(args.workloads, WORKLOADS + EXTRA_WORKLOADS, "workload")
     configs = [BY_KEY[c] for c in selection(args.configs, BY_KEY, "configuration")]
@@ -496,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.tables import plot, render_markdown
 
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    size = SIZES[args.size]
+    size = chosen_size(args)
     machine = describe_machine()
     print(
         f"Benchmark, {size.name} size, {args.reps} repetitions: {', '.join(t.name for t in throttles)} x {', '.join(workloads)} x {' '.join(c.key for c in configs)}",
