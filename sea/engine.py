@@ -139,7 +139,7 @@ class SeaEngine:
             self.flusher = Flusher(self.run, self.evictor, self.placer)
             self.rerun_plan = RerunPlan()
             self._lock = self.run.lock
-            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order) if config.prefetch.enabled else None
+            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake) if config.prefetch.enabled else None
             self._closed = False
             self.concurrency_cap: int | None = None  # set once a worker process was lost: see worker_lost
             self._work_left = WorkLeft(self.estimator.seconds)
@@ -339,8 +339,12 @@ class SeaEngine:
         tiers hold (:mod:`sea.memory`; its directory goes to a RAM tier only if that fits too; with
         nothing running, it starts). And the link home must keep up: a node that would add
         declared bytes waits while the stager's backlog would not drain before they arrive
-        (:mod:`sea.backpressure`; the backlog drains whatever runs)."""
+        (:mod:`sea.backpressure`; the backlog drains whatever runs). With prefetch, a node whose
+        input is being copied to a tier waits for the copy (the adapter's loop, not blocked in
+        :meth:`prefetched`, starts what else is ready meanwhile; the copy's end wakes it)."""
         budget = self.hierarchy.memory
+        if self.prefetcher is not None and self.prefetcher.pending(key):
+            return False
         with self._lock:
             if running and budget is not None and not budget.fits(self.run.node_memory(key), *self.hierarchy.ram_bytes()):
                 budget.held.add(key)

@@ -6,7 +6,10 @@ node's own inputs when the graph is given, a data grabber's outputs once it ran)
 which readers come next (:meth:`Prefetcher.advance`, readers in the order the scheduler will start
 them). The files of up to ``lookahead`` readers that have not started are copied, by two threads,
 to the fastest tier with room, within ``budget`` bytes of copies per tier; the copies' space is
-reserved on the tier, so node placement sees it. When a reader is about to start, the adapter asks
+reserved on the tier, so node placement sees it. While copies are under way, a reader whose
+inputs are not all copied yet waits to be started (:meth:`pending`; the engine is told when a copy
+ends), so the adapter's loop goes on meanwhile and no reader reads the shared filesystem beside the
+copies. When a reader is about to start, the adapter asks
 :meth:`Prefetcher.copies_for`: the copies that are complete (a copy under way is waited for, one
 not started yet is dropped: the reader reads the shared filesystem, as without prefetch). A copy
 goes once every reader registered for it finished.
@@ -66,6 +69,7 @@ class Prefetcher:
     spec: PrefetchSpec
     hierarchy: StorageHierarchy
     order: Callable[[list[str]], list[str]]
+    on_copied: Callable[[], None] = lambda: None  # a copy ended: a reader held for it may start (SeaEngine.may_start)
     stats: PrefetchStats = field(default_factory=PrefetchStats)
     _copies: dict[Path, _Copy] = field(default_factory=dict)
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
@@ -105,6 +109,17 @@ class Prefetcher:
                     copy = self._copies[source]
                     if copy.future is None and not self._start(copy):
                         return  # no room within the budget: wait for copies to go
+
+    def pending(self, reader: str) -> bool:
+        """Whether ``reader`` should wait to start: an input of it has no complete copy yet while
+        copies are under way (its own, or those ahead of it: started now, it would read the shared
+        filesystem beside them, or wait for its copy in :meth:`copies_for`). With no copy under
+        way, it starts and reads what has no copy from the shared filesystem."""
+        with self._lock:
+            copies = [self._copies.get(source) for source in self._files.get(reader, ())]
+            if all(copy is not None and copy.ok for copy in copies):
+                return False
+            return any(copy.future is not None and not copy.done for copy in self._copies.values())
 
     def copies_for(self, reader: str) -> dict[str, str]:
         """``reader`` starts now: source path -> its complete copy, for the inputs that have one."""
@@ -190,6 +205,7 @@ class Prefetcher:
                 copy.done = True
                 if not copy.readers:
                     self._drop(copy)
+            self.on_copied()
             return
         with self._lock:
             copy.done = copy.ok = True
@@ -197,6 +213,7 @@ class Prefetcher:
             self.stats.bytes += copy.size
             if not copy.readers:  # its last reader finished while it was copied
                 self._drop(copy)
+        self.on_copied()
 
     def _drop(self, copy: _Copy) -> None:
         if copy.future is not None and not copy.done:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from sea.config import PrefetchSpec, SeaConfig
@@ -18,6 +19,7 @@ from sea.tiers import StorageHierarchy
 
 from conftest import sea_private_dirs, tree_files
 from nipype_workflows import build_full, make_subjects, run
+from slowfs_fixtures import slowfs_scratch
 
 
 def _files(directory: Path, n: int, mib: int = 1) -> list[Path]:
@@ -94,6 +96,30 @@ def test_the_budget_bounds_the_copies_and_a_reader_without_one_reads_the_origina
     prefetcher.close()
     assert hierarchy.fast_tiers[0].reserved == 0
     hierarchy.close()
+
+
+def test_a_reader_waits_while_copies_are_under_way_and_a_copy_ending_wakes_the_engine(tmp_path, shm_dir):
+    """The adapter's loop does not wait inside ``copies_for``: a reader whose input has no copy yet
+    waits to be started while copies are under way (its own, or one ahead of it: started now, it
+    would read the shared filesystem beside them), and each copy's end calls ``on_copied`` (the
+    engine's wake-up). With no copy under way, a reader without a copy starts and reads the original."""
+    woken = threading.Event()
+    with slowfs_scratch(write_mbps=200, read_mbps=8, meta_latency_ms=0) as fs:  # a 4 MiB copy: 0.5 s
+        home = tmp_path / "home"
+        home.mkdir()
+        hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+        prefetcher = Prefetcher(PrefetchSpec(enabled=True, lookahead=1), hierarchy, order=sorted, on_copied=woken.set)
+        sources = _files(fs.path / "shared", 2, mib=4)
+        prefetcher.expect("r0", [sources[0]])  # its copy starts
+        prefetcher.expect("r1", [sources[1]])  # beyond the lookahead: no copy yet
+        assert prefetcher.pending("r0") and prefetcher.pending("r1")
+        assert woken.wait(30), "the copy's end did not wake the engine"
+        assert not prefetcher.pending("r0") and not prefetcher.pending("r1")  # nothing under way: r1 would read the original
+        assert len(prefetcher.copies_for("r0")) == 1  # r0 starts: r1's copy starts
+        assert prefetcher.pending("r1")
+        prefetcher.reader_done("r0")
+        prefetcher.close()
+        hierarchy.close()
 
 
 def _hash_files(home: Path) -> list[str]:
