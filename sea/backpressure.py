@@ -67,22 +67,40 @@ class BackPressure:
         return held
 
     def _waits_for_room(self, key: str, running: int, backlog: int) -> bool:
-        """``key``'s directory would spill to the home now, and room for it comes once the backlog
-        commits (its directories go) and the running nodes end (the directories they were the last
-        readers of go). Written home, it would take the link from the backlog, and its readers
-        would read it from the slow home."""
+        """``key``'s directory would spill to the home now, and room for it comes sooner than the
+        spill would cost (its write, and as long again for the backlog it delays): as the backlog
+        commits (its directories go), and as the running nodes expected to end by then end (the
+        directories they were the last readers of go). Written home, its readers would also read
+        it from the slow home. A node that runs for hours is not waited for."""
         if not (running or backlog):
             return False
         run = self.run
         estimate = run.estimate(key)
         if run.hierarchy.has_room(estimate):
             return False
-        coming = backlog + sum(self._freed_by(r) for r in run.running)
-        return estimate <= self.fast_room() + coming
+        rate = self._rate(time.monotonic(), run.stager.committed_bytes)
+        # what the spill costs: its write, and as long again for the backlog it shares the link with
+        horizon = 2 * estimate / rate if rate else self._mean_seconds()
+        soon = sum(self._freed_by(r) for r in run.running if self._ends_within(r, horizon))
+        needed = estimate - self.fast_room() - soon  # from the backlog's commits
+        return needed <= 0 or (needed <= backlog and (not rate or needed / rate <= horizon))
+
+    def _ends_within(self, key: str, seconds: float) -> bool:
+        """Running node ``key`` is expected to end within ``seconds``, by its kind's last run time."""
+        node = self.run.nodes.get(key)
+        expected = self.run.estimator.seconds.get(node.spec.kind) if node is not None and node.started else None
+        if expected is None:
+            return False  # no node of its kind ended yet: nothing says when it will
+        left = node.started + expected - time.monotonic()
+        return -expected <= left <= seconds  # one running twice its usual time is not waited for
+
+    def _mean_seconds(self) -> float:
+        return self._seconds / self._runs if self._runs else 0.0
 
     def _link_behind(self, key: str, backlog: int) -> bool:
-        """``key`` (a node of the graph; a MapNode's sub-node asks as its MapNode) adds declared bytes (it leads to a sink and grows the tiers), and the backlog,
-        beyond one node's worth per stager thread, would not drain before they arrive."""
+        """``key`` (a node of the graph; a MapNode's sub-node asks as its MapNode) adds declared
+        bytes (it leads to a sink and grows the tiers), and the backlog, beyond one node's worth per
+        stager thread, would not drain before they arrive."""
         run = self.run
         if backlog <= self._largest * run.config.stager_threads:
             return False
@@ -90,8 +108,7 @@ class BackPressure:
         if steps is None or self.growth(key) <= 0:
             return False
         rate = self._rate(time.monotonic(), run.stager.committed_bytes)
-        mean = self._seconds / self._runs if self._runs else 0.0
-        return backlog > self.fast_room() or self.backlog_seconds(backlog, rate) > steps * mean
+        return backlog > self.fast_room() or self.backlog_seconds(backlog, rate) > steps * self._mean_seconds()
 
     @staticmethod
     def backlog_seconds(backlog: float, rate: float | None) -> float:

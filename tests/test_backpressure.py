@@ -46,3 +46,27 @@ def test_a_small_tier_waits_for_room_instead_of_spilling_home(tmp_path, shm_dir)
 
 def tier_bytes(capacity: str) -> int:
     return int(capacity.removesuffix("MiB")) * 2**20
+
+
+def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_running_long(disk_dir, shm_dir):
+    """The core alone: node n would spill (the 3 MiB tier holds p's 2 MiB while r reads it); r is
+    expected to end at once (a node of its kind took milliseconds), so n waits for p's room. Once r
+    has run far longer than its kind's time, n no longer waits for it: it spills, as the engine's
+    own plugin would have written it to the home at once."""
+    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir), "capacity": "3MiB"}], "default_node_size": "1536KiB"})
+    engine = SeaEngine(config, disk_dir / "home")
+    specs = [NodeSpec("wf/q", kind="reader"), NodeSpec("wf/p", kind="producer"),
+             NodeSpec("wf/r", kind="reader", upstream=(("wf/p", "x"),)), NodeSpec("wf/n", kind="new")]  # fmt: skip
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    for key, mib in (("wf/q", 0), ("wf/p", 2)):  # q: a reader's run time is now known (milliseconds)
+        (engine.place(key).physical / "data.bin").write_bytes(b"x" * (mib * 2**20))
+        engine.node_finished(key)
+    engine.place("wf/r")  # runs, the last reader of p's 2 MiB
+    assert not engine.run.hierarchy.has_room(engine.run.estimate("wf/n"))
+    assert not engine.may_start("wf/n", running=1), "n spilled although p's room comes as r ends"
+    engine.run.nodes["wf/r"].started -= 60  # r has run a minute: far past its kind's time
+    assert engine.may_start("wf/n", running=1), "n waits for a node that runs far longer than expected"
+    engine.node_finished("wf/r")
+    engine.close()
