@@ -75,6 +75,7 @@ class Prefetcher:
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
     _started: set[str] = field(default_factory=set)
     _held: dict[str, int] = field(default_factory=dict)  # tier name -> bytes of copies on it
+    _under_way: set[Path] = field(default_factory=set)  # sources whose copy is queued or being made
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sea-prefetch"))
     _closed: bool = False
 
@@ -119,7 +120,7 @@ class Prefetcher:
             copies = [self._copies.get(source) for source in self._files.get(reader, ())]
             if all(copy is not None and copy.ok for copy in copies):
                 return False
-            return any(copy.future is not None and not copy.done for copy in self._copies.values())
+            return bool(self._under_way)
 
     def copies_for(self, reader: str) -> dict[str, str]:
         """``reader`` starts now: source path -> its complete copy, for the inputs that have one."""
@@ -160,8 +161,8 @@ class Prefetcher:
         with self._lock:
             self._closed = True
             for copy in self._copies.values():
-                if copy.future is not None:
-                    copy.future.cancel()
+                if copy.future is not None and copy.future.cancel():
+                    self._under_way.discard(copy.source)
         self._pool.shutdown(wait=True)
         with self._lock:
             for copy in list(self._copies.values()):
@@ -182,6 +183,7 @@ class Prefetcher:
         copy.tier, copy.size = tier, size
         digest = hashlib.sha1(str(copy.source).encode()).hexdigest()[:16]
         copy.target = tier.workdir / PREFETCH_DIR / digest / copy.source.name
+        self._under_way.add(copy.source)
         copy.future = self._pool.submit(self._copy, copy, companions)
         return True
 
@@ -203,12 +205,14 @@ class Prefetcher:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
                 copy.done = True
+                self._under_way.discard(copy.source)
                 if not copy.readers:
                     self._drop(copy)
             self.on_copied()
             return
         with self._lock:
             copy.done = copy.ok = True
+            self._under_way.discard(copy.source)
             self.stats.files += 1
             self.stats.bytes += copy.size
             if not copy.readers:  # its last reader finished while it was copied
@@ -217,9 +221,9 @@ class Prefetcher:
 
     def _drop(self, copy: _Copy) -> None:
         if copy.future is not None and not copy.done:
-            copy.future.cancel()
-            if not copy.future.cancelled():
+            if not copy.future.cancel():
                 return  # copying now: dropped when the copy ends (see _copy)
+            self._under_way.discard(copy.source)
         if copy.tier is not None:
             if copy.target is not None:
                 self.hierarchy.remove(copy.target.parent)

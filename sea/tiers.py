@@ -213,7 +213,7 @@ class StorageHierarchy:
             for tier in self.fast_tiers:
                 if tier.name in exclude:
                     continue
-                if tier.room() >= estimate and self.memory_allows(tier, estimate):
+                if self._fits(tier, estimate):
                     tier.reserved += estimate
                     tier.stats.nodes_placed += 1
                     return tier
@@ -224,18 +224,20 @@ class StorageHierarchy:
     def has_room(self, estimate: int) -> bool:
         """Whether :meth:`choose` would find a fast tier for ``estimate`` bytes now (nothing counted)."""
         with self.lock:
-            return any(
-                t.room() >= estimate and (not t.ram or self.memory is None or self.memory.fits(estimate, *self.ram_bytes()))
-                for t in self.fast_tiers
-            )
+            return any(self._fits(tier, estimate, count=False) for tier in self.fast_tiers)
 
-    def memory_allows(self, tier: Tier, nbytes: int) -> bool:
-        """Whether the job's memory has room for ``nbytes`` more on ``tier`` (always, off RAM)."""
+    def _fits(self, tier: Tier, nbytes: int, count: bool = True) -> bool:
+        return tier.room() >= nbytes and self.memory_allows(tier, nbytes, count)
+
+    def memory_allows(self, tier: Tier, nbytes: int, count: bool = True) -> bool:
+        """Whether the job's memory has room for ``nbytes`` more on ``tier`` (always, off RAM);
+        ``count``: a refusal counts as a memory spill."""
         if not tier.ram or self.memory is None:
             return True
         if self.memory.fits(nbytes, *self.ram_bytes()):
             return True
-        self.memory.spills += 1
+        if count:
+            self.memory.spills += 1
         return False
 
     def ram_bytes(self) -> tuple[int, int]:
