@@ -70,6 +70,23 @@ def test_the_version_is_the_tested_one():
     assert px_.pydra_version_supported(), f"pydra {px_.pydra_version()} is not tested: run this module and update TESTED_RANGE"
 
 
+def test_a_task_function_hashes_the_same_after_the_trip_to_a_worker_process():
+    """cf sends a job to its process with cloudpickle, which pickles a python.define task's function
+    by value (the module's name for it is the task class), and Pydra checks in that process that the
+    job's input hashes did not change while it ran. cloudpickle 3.1.3 renames such a function's code
+    '<dynamic-code>', Pydra can no longer read its source, hashes its bytecode instead, and every such
+    job fails under cf as under Sea: setup.cfg keeps cloudpickle below it."""
+    import cloudpickle
+    from pydra.utils.hash import hash_object
+
+    from example_workflows.incrementation.pydra_workflow import Increment
+
+    function = Increment().function
+    travelled = cloudpickle.loads(cloudpickle.dumps(function))
+    assert travelled is not function, "pickled by reference now: this test no longer checks the trip"
+    assert hash_object(travelled) == hash_object(function), f"cloudpickle {cloudpickle.__version__} changes how Pydra hashes a task's function: see setup.cfg's pin"
+
+
 def test_a_worker_sees_the_graph_through_the_workflow_job(tmp_path):
     worker = Probe(n_procs=1)
     with Submitter(worker=worker, cache_root=tmp_path) as sub:
