@@ -135,6 +135,7 @@ class Configuration:
     backpressure: bool = True  # Sea's back-pressure on the link home (sea.backpressure)
     tier_capacity: str | None = None  # one tier only, /dev/shm with this cap: what it cannot hold goes home
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
+    durable_outputs: bool = False  # the workflow's outputs fsync'ed inside the timing, as Sea makes its own durable
 
     @property
     def file_key(self) -> str:
@@ -162,9 +163,12 @@ CONFIGURATIONS = (
     Configuration("P", "Pydra cf worker", "cf", out_on_tmpfs=True, engine="pydra"),
     Configuration("PS", "Pydra SeaWorker", "sea", out_on_tmpfs=True, sea="tiers", engine="pydra"),
     Configuration("PSP", "Pydra SeaWorker, prefetch on", "sea", out_on_tmpfs=True, sea="tiers", prefetch=True, engine="pydra"),
+    # cf, then its outputs made durable (what Sea does before a run returns): the least a durable run costs
+    Configuration("PD", "Pydra cf worker, outputs fsync'ed", "cf", out_on_tmpfs=True, durable_outputs=True, engine="pydra"),
+    Configuration("PSN", "Pydra SeaWorker, checkpoints: none", "sea", out_on_tmpfs=True, sea="tiers", checkpoints="none", engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH"))  # C2, C4: for benchmarks.reruns; CB, CH: issue 20's
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "PD", "PSN"))  # C2, C4: for benchmarks.reruns; CB, CH, PD, PSN: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:

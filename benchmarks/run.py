@@ -6,9 +6,9 @@
 For each shared-filesystem throttle (``busy``: ``benchmarks.slowfs`` at 30 MB/s write, 200 MB/s read,
 5 ms per metadata operation, mounted afresh for each workload, in its page cache mode for dwi_mrtrix,
 whose MRtrix3 tools memory-map their images; ``unloaded``: the bare local disk) and each workload
-(incrementation, data-intensive; filtering, real scipy compute per node), the configurations run interleaved
-(A2 A B C C' T S, A2 A B C C' T S, ...), each a fresh process in fresh directories, outputs compared
-byte for byte with A's:
+(incrementation, data-intensive; filtering, real scipy compute per node), the configurations run interleaved,
+each repetition starting one further on (A2 A B C C' T S, A B C C' T S A2, ...), each a fresh process in
+fresh directories, outputs compared byte for byte with A's:
 
 * A2 MultiProc with Nipype's default 2 s poll, work dir and DataSink on the shared filesystem;
 * A  the same, poll tuned to 0.05 s: the fair best MultiProc;
@@ -25,12 +25,15 @@ byte for byte with A's:
 * P  Pydra 1.0 with its cf worker, cache_root on the shared filesystem (incrementation only);
 * PS Pydra with SeaWorker, same tiers as C; P, PS and PSP outputs are compared with P's;
 * PSP PS with ``prefetch: true``;
+* PD P, with the workflow's outputs ``fsync``'ed inside the timing (Sea makes them durable before a
+  run returns, cf does not); PSN PS with ``checkpoints: none`` (issue 20's part 4, not in the default run);
 * L  (computed, busy only) the limit: max(T, declared output bytes at the throttled bandwidth) plus
   the last output's flush.
 
 Why it is built this way: interleaving spreads a slow drift of the machine over every configuration;
 a fresh process per run shares no page cache entry, import or Nipype cache with the previous one
-(``os.sync()`` runs before each run so its writeback does not land in the next); the worker is
+(``os.sync()`` runs before each run so its writeback does not land in the next; a virtual disk may
+still be absorbing it, hence the shifted order); the worker is
 started by this file's path, not ``-m``, so ``sea`` and ``nipype_sea`` both come from the installed
 package (``pip install .`` to benchmark working-tree changes). Results: ``<out>/<size>.md``, ``.json``
 and ``.png``; the model's predictions (``sea.model``) are printed next to the measured medians.
@@ -187,6 +190,8 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
     start = time.monotonic()
     with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
         result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))
+    if config.durable_outputs and not result.errored:
+        make_durable([Path(p) for p in result.outputs.out_files])
     measured: dict = {"makespan_seconds": time.monotonic() - start}
     if result.errored:
         raise SystemExit(f"the Pydra workflow failed; see {args.work}")
@@ -198,6 +203,20 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
         report.pop("timeline", None)
         measured["sea"] = report
     args.result.write_text(json.dumps(measured))
+
+
+def make_durable(paths: list[Path]) -> None:
+    """``fsync`` of each file and of each directory holding one, as Sea's copies home are made durable."""
+    from sea.durable import fsync_dir
+
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for directory in {p.parent for p in paths}:
+        fsync_dir(directory)
 
 
 def pydra_available() -> bool:
@@ -383,22 +402,31 @@ def run_workload(stage: Stage, workload: str, size: Size, reps: int, configs: li
     make_inputs(workload, size, stage.backing / workload)  # written unthrottled, read through the mount
     records = []
     try:
+        runnable = [c for c in configs if c.engine != "pydra" or workload == "incrementation"]  # Pydra's: incrementation only
         for repetition in range(1, reps + 1):
-            names, references = [], {}
+            names, outs = [], {}
             try:
-                for config in configs:
-                    if config.engine == "pydra" and workload != "incrementation":
-                        continue  # the Pydra version exists for incrementation only
+                # each repetition starts one configuration further on: a run pays for the writeback the
+                # run before it left (os.sync() returns before a virtual disk has absorbed it: a cf run
+                # after one that wrote 1.3 GB measured 3.6 s instead of 2.3 s), so no configuration
+                # always follows the same one
+                shift = (repetition - 1) % len(runnable)
+                for config in runnable[shift:] + runnable[:shift]:
                     record, name = run_one(stage, workload, size, config, repetition)
                     names.append(name)
-                    out = (stage.tmpfs if config.out_on_tmpfs else stage.backing) / name / "out"
+                    outs[config.key] = (record, (stage.tmpfs if config.out_on_tmpfs else stage.backing) / name / "out")
+                    print(progress_line(record), flush=True)
+                references = {}  # A's for Nipype, P's for Pydra (their layouts differ): the first of each engine in configs
+                for config in runnable:
+                    record, out = outs[config.key]
                     if config.engine not in references:
-                        references[config.engine] = out  # A's for Nipype, P's for Pydra (their layouts differ)
+                        references[config.engine] = out
                     else:
                         record.differences = compare_outputs(references[config.engine], out)
                         record.identical_to_a = not record.differences
+                        if record.differences:
+                            print(f"  {config.key}: OUTPUTS DIFFER from the reference's", flush=True)
                     records.append(record)
-                    print(progress_line(record), flush=True)
             finally:
                 for name in names:  # through the backing directory: no throttle
                     shutil.rmtree(stage.backing / name, ignore_errors=True)

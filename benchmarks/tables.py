@@ -170,7 +170,7 @@ def render_markdown(size: Size, reps: int, machine, throttles: list[Throttle], w
         f"- Date: {machine.date}; {machine.nproc} CPUs, {machine.ram_bytes / 2**30:.0f} GiB RAM, Linux {machine.kernel}, "
         f"Python {machine.python}, Nipype {machine.nipype}, sea-workflows {machine.sea_workflows} (repository at {machine.repo_commit}); "
         f"1-minute load average {machine.load_average_start[0]:.2f} at start, {machine.load_average_end[0]:.2f} at end",
-        f"- {reps} repetitions, interleaved, each run a fresh process in fresh directories; makespan = wall time of "
+        f"- {reps} repetitions, interleaved (each repetition in an order shifted by one), each run a fresh process in fresh directories; makespan = wall time of "
         "`workflow.run()` (Sea's final flush included, interpreter start-up excluded); medians and min–max",
         "- Outputs of every run compared byte for byte with A's of the same repetition (P's for the Pydra rows): "
         + (
@@ -200,7 +200,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8", "PSN": "#585", "PD": "#c88"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]
