@@ -132,6 +132,8 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
             ("C' not slower than A", ratio("A", "C'"), ">=", 1.0),
             ("prefetch: CP not slower than C (bound 2x)", ratio("C", "CP") if workload != "read_compute" else None, ">=", 1.0),
             ("prefetch: CP at least 1.5x faster than C where reads dominate", ratio("C", "CP") if workload == "read_compute" else None, ">=", 1.5),
+            ("prefetch auto: CA at most 2% slower than C", ratio("C", "CA"), ">=", 0.98),
+            ("prefetch auto: CA at least 1.5x faster than C where reads dominate", ratio("C", "CA") if workload == "read_compute" else None, ">=", 1.5),
             ("Pydra: PS at least 5x faster than P", ratio("P", "PS"), ">=", 5.0),
             ("Pydra prefetch: PSP not slower than PS (bound 2x)", ratio("PS", "PSP"), ">=", 1.0),
             ("back-pressure: C within 1.03x of C without it (CB)", ratio("C", "CB"), "<=", 1.03),
@@ -142,6 +144,7 @@ def targets(records, throttle: Throttle, workload: str, med: dict, limit: float 
         wanted = [
             ("C costs at most 3% over the tuned A", ratio("C", "A"), "<=", 1.03),
             ("prefetch: CP costs at most 3% over C", ratio("CP", "C"), "<=", 1.03),
+            ("prefetch auto: CA at most 2% slower than C", ratio("C", "CA"), ">=", 0.98),
             ("S (Sea, all on tmpfs) within 1.1x of T (MultiProc, all on tmpfs)", ratio("S", "T"), "<=", 1.1),
             ("Pydra: PS costs at most 3% over P", ratio("PS", "P"), "<=", 1.03),
             ("Pydra prefetch: PSP costs at most 3% over PS", ratio("PSP", "PS"), "<=", 1.03),
@@ -200,7 +203,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8", "PSN": "#585", "PD": "#c88"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8", "PSN": "#585", "PD": "#c88", "CA": "#1a8"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]

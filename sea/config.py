@@ -93,7 +93,11 @@ class Rule:
 class PrefetchSpec:
     """Copying the workflow's input files from the shared filesystem to a fast tier ahead of their readers."""
 
-    enabled: bool = field(default=False, metadata={"doc": "copy input files ahead of the nodes that read them"})
+    enabled: bool | str = field(
+        default=False,
+        metadata={"doc": "copy input files ahead of the nodes that read them: true, false, or auto (on while the shared filesystem "
+                         "proves slow to read: its first copy took at least 4 times as long as reading the copy back from the tier)"},
+    )
     budget: str = field(default="25%", metadata={"doc": "room prefetched copies may take on a tier: a size ('2GiB') or a share of it ('25%')"})
     lookahead: int = field(default=4, metadata={"doc": "how many of the next reader nodes have their files copied ahead"})
 
@@ -210,7 +214,7 @@ class SeaConfig:
             "copy the workflow's input files (what data grabbers and node inputs point at on the shared "
             "filesystem) to the fastest tier with room ahead of the nodes that read them, in the order they "
             "will run, within a budget per tier; each copy goes once its last reader finished. enabled "
-            "(default false), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
+            "(default false; auto: on while the shared filesystem proves slow to read), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
             "ahead, default 4)",
             {"enabled": True, "budget": "2GiB", "lookahead": 4},
         ),
@@ -527,15 +531,20 @@ def _parse_headroom(value: Any, what: str) -> str:
     return str(value)
 
 
+AUTO = "auto"  # prefetch: on while the shared filesystem proves slow to read (sea.prefetch)
+
+
 def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
     if value is None:
         return PrefetchSpec()
-    if isinstance(value, bool):  # prefetch: true
+    if isinstance(value, bool) or value == AUTO:  # prefetch: true
         return PrefetchSpec(enabled=value)
     if not isinstance(value, Mapping):
-        raise SeaConfigError(f"{what} must be true, false or a mapping like {{enabled: true, budget: 2GiB, lookahead: 4}}, not {value!r}")
+        raise SeaConfigError(f"{what} must be true, false, auto or a mapping like {{enabled: true, budget: 2GiB, lookahead: 4}}, not {value!r}")
     only_known_keys(value, what, [f.name for f in fields(PrefetchSpec)])
-    enabled = check_bool(value.get("enabled", True), f"{what}.enabled")
+    enabled = value.get("enabled", True)
+    if enabled != AUTO:
+        enabled = check_bool(enabled, f"{what}.enabled (or auto)")
     budget = str(value.get("budget", PrefetchSpec.budget))
     try:
         empty = parse_fraction(budget) is None and parse_size(budget) == 0

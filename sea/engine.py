@@ -612,6 +612,7 @@ class SeaEngine:
             stats = self.prefetcher.stats
             report.prefetch_files, report.prefetch_bytes = stats.files, stats.bytes
             report.prefetch_hits, report.prefetch_misses = stats.hits, stats.misses
+            report.prefetch_slowdown, report.prefetch_stopped = stats.slowdown, stats.stopped
         run.prune_created_dirs()
         self._end_figures(success and not report.flush_errors and moved is None)
         if moved:  # Sea's own files go where the home is now, for the rerun once it is moved back

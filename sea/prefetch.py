@@ -14,6 +14,15 @@ copies. When a reader is about to start, the adapter asks
 not started yet is dropped: the reader reads the shared filesystem, as without prefetch). A copy
 goes once every reader registered for it finished.
 
+With ``enabled: auto`` prefetch first proves that it pays: reading the shared filesystem must be
+clearly slower than reading the tier. The first copy of at least :data:`MEASURED_BYTES` is timed, then
+read back from the tier; if the copy took less than :data:`PAYS_FROM` times that read, the copies not
+started are dropped and no more are made (a reader reads its files where they are). Measured here
+for a 32 MiB file: from the local disk's page cache to ``/dev/shm`` a copy takes 1.7 to 1.8 times the
+read back, and prefetch cost up to 12% (``benchmarks/results/prefetch-hold-full.md``); through the
+benchmark's busy filesystem (200 MB/s reads) it takes over 20 times, through its slow-reads one
+(30 MB/s) over 100.
+
 A copy keeps its file's name (tools name their outputs after their inputs), in a directory of its
 own per source file, with the file's companions: the smaller files next to it with the same stem
 (a BIDS ``.json`` sidecar; an Analyze header's ``.img``), which tools look for beside their input. It
@@ -25,6 +34,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +51,8 @@ from .tiers import StorageHierarchy, Tier
 logger = logging.getLogger("sea")
 
 PREFETCH_DIR = ".prefetch"
+PAYS_FROM = 4.0  # enabled: auto keeps prefetching when a copy takes at least this many times reading it back from the tier
+MEASURED_BYTES = 2**20  # ... measured on the first copy at least this large (smaller ones: latency more than bandwidth)
 
 
 @dataclass
@@ -60,6 +73,8 @@ class PrefetchStats:
     bytes: int = 0
     hits: int = 0  # inputs a reader read from a copy
     misses: int = 0  # inputs a reader read from the shared filesystem: the copy was not there in time
+    slowdown: float | None = None  # enabled: auto: the measured copy's time over reading it back from the tier
+    stopped: bool = False  # ... under PAYS_FROM: prefetch stopped
 
 
 @dataclass
@@ -78,8 +93,11 @@ class Prefetcher:
     _under_way: set[Path] = field(default_factory=set)  # sources whose copy is queued or being made
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sea-prefetch"))
     _closed: bool = False
+    _pays: bool | None = None  # None: enabled: auto, not measured yet
 
     def __post_init__(self) -> None:
+        if self.spec.enabled is True:
+            self._pays = True
         # the engine's own lock: the engine calls in holding it, and the copies reserve tier room
         # under it; one lock cannot be taken in two orders
         self._lock = self.hierarchy.lock
@@ -102,7 +120,7 @@ class Prefetcher:
     def advance(self) -> None:
         """Start the copies for the next ``lookahead`` readers that have not started."""
         with self._lock:
-            if self._closed:
+            if self._closed or self._pays is False:
                 return
             waiting = [r for r in self._files if r not in self._started]
             for reader in self.order(waiting)[: self.spec.lookahead]:
@@ -117,6 +135,8 @@ class Prefetcher:
         filesystem beside them, or wait for its copy in :meth:`copies_for`). With no copy under
         way, it starts and reads what has no copy from the shared filesystem."""
         with self._lock:
+            if self._pays is False:
+                return False
             copies = [self._copies.get(source) for source in self._files.get(reader, ())]
             if all(copy is not None and copy.ok for copy in copies):
                 return False
@@ -200,7 +220,11 @@ class Prefetcher:
         try:
             for source in companions:
                 atomic_copy(source, copy.target.parent / source.name)
+            start = time.perf_counter()
             atomic_copy(copy.source, copy.target)
+            seconds = time.perf_counter() - start
+            if self._pays is None and copy.size >= MEASURED_BYTES:
+                self._measure(copy.target, seconds)
         except OSError as exc:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
@@ -219,17 +243,51 @@ class Prefetcher:
                 self._drop(copy)
         self.on_copied()
 
-    def _drop(self, copy: _Copy) -> None:
-        if copy.future is not None and not copy.done:
-            if not copy.future.cancel():
-                return  # copying now: dropped when the copy ends (see _copy)
-            self._under_way.discard(copy.source)
+    def _measure(self, target: Path, seconds: float) -> None:
+        """``enabled: auto``: keep prefetching only if copying ``target`` from the shared filesystem
+        took :data:`PAYS_FROM` times reading it back from its tier (see the module's docstring)."""
+        buffer = bytearray(4 * 2**20)
+        start = time.perf_counter()
+        try:
+            with open(os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb", buffering=0) as f:
+                while f.readinto(buffer):
+                    pass
+        except OSError:  # gone meanwhile (its readers finished): the next copy is measured
+            return
+        slowdown = seconds / max(time.perf_counter() - start, 1e-6)
+        with self._lock:
+            if self._pays is not None:  # the other thread measured first
+                return
+            self.stats.slowdown = slowdown
+            self._pays = slowdown >= PAYS_FROM
+            if self._pays:
+                return
+            self.stats.stopped = True
+            for copy in self._copies.values():  # those not started: their readers read the originals
+                if copy.future is not None and not copy.done and copy.future.cancel():
+                    copy.done = True
+                    self._under_way.discard(copy.source)
+                    self._release(copy)
+        logger.info(
+            "[Sea] prefetch (auto) stops: a copy from the shared filesystem took %.1fx reading it back from the tier, it pays from %gx",
+            slowdown, PAYS_FROM,
+        )  # fmt: skip
+
+    def _release(self, copy: _Copy) -> None:
+        """Give back the tier room ``copy`` held, removing what it wrote."""
         if copy.tier is not None:
             if copy.target is not None:
                 self.hierarchy.remove(copy.target.parent)
             self.hierarchy.release(copy.tier, reserved=copy.size)
             self._held[copy.tier.name] -= copy.size
             copy.tier = None
+
+    def _drop(self, copy: _Copy) -> None:
+        if copy.future is not None and not copy.done:
+            if not copy.future.cancel():
+                return  # copying now: dropped when the copy ends (see _copy)
+            self._under_way.discard(copy.source)
+        self._release(copy)
         self._copies.pop(copy.source, None)
 
 

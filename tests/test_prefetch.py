@@ -122,6 +122,39 @@ def test_a_reader_waits_while_copies_are_under_way_and_a_copy_ending_wakes_the_e
         hierarchy.close()
 
 
+def test_auto_stops_where_the_shared_filesystem_reads_as_fast_as_the_tier_and_goes_on_where_it_is_slow(tmp_path, shm_dir, disk_dir):
+    """``enabled: auto`` times its first copy against reading the copy back from the tier. The local
+    disk (its page cache) reads about as fast as /dev/shm: prefetch stops, the copies not started are
+    dropped and their readers read the originals. A filesystem read at 20 MB/s: it goes on."""
+    from sea.prefetch import PAYS_FROM
+
+    home = tmp_path / "home"
+    home.mkdir()
+    hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    fast = Prefetcher(PrefetchSpec(enabled="auto", lookahead=4), hierarchy, order=sorted)
+    sources = _files(disk_dir / "shared", 8, mib=4)
+    for i, source in enumerate(sources):
+        fast.expect(f"r{i}", [source])
+    fast.copies_for("r0")  # its copy ended, measured (or another was, first)
+    assert fast.stats.slowdown is not None and fast.stats.slowdown < PAYS_FROM and fast.stats.stopped, fast.stats
+    assert not fast.pending("r7"), "a reader waits for copies that will not be made"
+    assert fast.copies_for("r7") == {}, "prefetch went on after it stopped"
+    assert fast.stats.files <= 4, "more copies were made than the first lookahead's"
+    fast.close()
+    assert hierarchy.fast_tiers[0].reserved == 0, "the dropped copies kept their room"
+
+    with slowfs_scratch(read_mbps=20) as fs:
+        sources = _files(fs.path / "shared", 3, mib=2)
+        slow = Prefetcher(PrefetchSpec(enabled="auto", lookahead=3), hierarchy, order=sorted)
+        for i, source in enumerate(sources):
+            slow.expect(f"r{i}", [source])
+        for i in range(3):
+            assert len(slow.copies_for(f"r{i}")) == 1, f"r{i} got no copy where the shared filesystem is slow"
+            slow.reader_done(f"r{i}")
+        assert slow.stats.slowdown >= PAYS_FROM and not slow.stats.stopped, slow.stats
+        slow.close()
+
+
 def _hash_files(home: Path) -> list[str]:
     """The hash files of the grabbers and of the nodes reading the raw data. (Downstream nodes'
     hashes name their producers' directories on the tier, whose names differ from run to run,
