@@ -537,14 +537,14 @@ AUTO = "auto"  # prefetch: on while the shared filesystem proves slow to read (s
 def _parse_prefetch(value: Any, what: str) -> PrefetchSpec:
     if value is None:
         return PrefetchSpec()
-    if isinstance(value, bool) or value == AUTO:  # prefetch: true
+    if isinstance(value, bool) or value == AUTO:  # prefetch: true, or prefetch: auto
         return PrefetchSpec(enabled=value)
     if not isinstance(value, Mapping):
         raise SeaConfigError(f"{what} must be true, false, auto or a mapping like {{enabled: true, budget: 2GiB, lookahead: 4}}, not {value!r}")
     only_known_keys(value, what, [f.name for f in fields(PrefetchSpec)])
     enabled = value.get("enabled", True)
-    if enabled != AUTO:
-        enabled = check_bool(enabled, f"{what}.enabled (or auto)")
+    if not isinstance(enabled, bool) and enabled != AUTO:
+        raise SeaConfigError(f"{what}.enabled must be true, false or auto, not {enabled!r}")
     budget = str(value.get("budget", PrefetchSpec.budget))
     try:
         empty = parse_fraction(budget) is None and parse_size(budget) == 0
