@@ -96,7 +96,7 @@ class PrefetchSpec:
     enabled: bool | str = field(
         default=False,
         metadata={"doc": "copy input files ahead of the nodes that read them: true, false, or auto (on while the shared filesystem "
-                         "proves slow to read: its first copy took at least 4 times as long as reading the copy back from the tier)"},
+                         "proves slow to read: its first copy took at least 4 times as long as copying it again within the tier)"},
     )
     budget: str = field(default="25%", metadata={"doc": "room prefetched copies may take on a tier: a size ('2GiB') or a share of it ('25%')"})
     lookahead: int = field(default=4, metadata={"doc": "how many of the next reader nodes have their files copied ahead"})

@@ -116,7 +116,7 @@ class RunReport:
     prefetch_bytes: int = 0
     prefetch_hits: int = 0  # inputs a node read from a prefetched copy
     prefetch_misses: int = 0  # ... from the shared filesystem, the copy not ready (or no room for it)
-    prefetch_slowdown: float | None = None  # prefetch: auto: a copy from the shared filesystem over reading it back from the tier
+    prefetch_slowdown: float | None = None  # prefetch: auto: a copy from the shared filesystem over copying it again within the tier
     prefetch_stopped: bool = False  # ... too little for prefetch to pay: it stopped
     checkpoint_mode: str = ""  # the checkpoints setting: auto, none or all
     checkpoints: int = 0  # node directories copied home for reruns (sea.checkpoint)
@@ -208,7 +208,7 @@ class RunReport:
             lines.append(
                 f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
                 f"read from the copy {self.prefetch_hits} times, from the shared filesystem {self.prefetch_misses}"
-                + (f"; stopped (auto): a copy took {self.prefetch_slowdown:.1f}x reading it back from the tier" if self.prefetch_stopped else "")
+                + (f"; stopped (auto): a copy took {self.prefetch_slowdown:.1f}x one within the tier" if self.prefetch_stopped else "")
             )
         if self.checkpoint_mode:
             lines.append(

@@ -123,7 +123,7 @@ def test_a_reader_waits_while_copies_are_under_way_and_a_copy_ending_wakes_the_e
 
 
 def test_auto_stops_where_the_shared_filesystem_reads_as_fast_as_the_tier_and_goes_on_where_it_is_slow(tmp_path, shm_dir, disk_dir):
-    """``enabled: auto`` times its first copy against reading the copy back from the tier. The local
+    """``enabled: auto`` times its first copy against copying it again within the tier. The local
     disk (its page cache) reads about as fast as /dev/shm: prefetch stops, the copies not started are
     dropped and their readers read the originals. A filesystem read at 20 MB/s: it goes on."""
     from sea.prefetch import PAYS_FROM
