@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,7 +43,7 @@ import psutil
 
 from .config import PrefetchSpec
 from .sizes import parse_fraction, parse_size
-from .stager import atomic_copy
+from .stager import CHUNK, atomic_copy
 from .tiers import StorageHierarchy, Tier
 
 logger = logging.getLogger("sea")
@@ -50,6 +51,7 @@ logger = logging.getLogger("sea")
 PREFETCH_DIR = ".prefetch"
 PAYS_FROM = 4.0  # enabled: auto keeps prefetching when a copy takes at least this many times copying it within the tier
 MEASURED_BYTES = 2**20  # ... measured on the first copy at least this large (smaller ones: latency more than bandwidth)
+MEASURED_AT_MOST = 64 * 2**20  # ... copied again within the tier up to this much (a 4 GiB image is not copied twice)
 
 
 @dataclass
@@ -221,7 +223,7 @@ class Prefetcher:
             atomic_copy(copy.source, copy.target)
             seconds = time.perf_counter() - start
             if self._pays is None and copy.size >= MEASURED_BYTES:
-                self._measure(copy.target, seconds)
+                self._measure(copy.target, seconds / copy.target.stat().st_size)
         except OSError as exc:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
@@ -240,19 +242,20 @@ class Prefetcher:
                 self._drop(copy)
         self.on_copied()
 
-    def _measure(self, target: Path, seconds: float) -> None:
+    def _measure(self, target: Path, per_byte: float) -> None:
         """``enabled: auto``: keep prefetching only if copying ``target`` from the shared filesystem
-        took :data:`PAYS_FROM` times copying it again within its tier (the same steps, so the same
-        fixed costs: see the module's docstring)."""
+        took :data:`PAYS_FROM` times (``per_byte`` seconds) copying it again within its tier: the
+        same steps, so the same fixed costs (see the module's docstring), or for a file larger than
+        :data:`MEASURED_AT_MOST`, that much of it, whose bytes outweigh the fixed costs."""
         again = target.with_name(f"{target.name}.sea-measure")
         start = time.perf_counter()
         try:
-            atomic_copy(target, again)
+            copied = atomic_copy(target, again) if target.stat().st_size <= MEASURED_AT_MOST else _copy_start(target, again, MEASURED_AT_MOST)
         except OSError:  # gone meanwhile (its readers finished): the next copy is measured
             return
         finally:
             again.unlink(missing_ok=True)
-        slowdown = seconds / max(time.perf_counter() - start, 1e-6)
+        slowdown = per_byte * copied / max(time.perf_counter() - start, 1e-6)
         with self._lock:
             if self._pays is not None:  # the other thread measured first
                 return
@@ -287,6 +290,23 @@ class Prefetcher:
             self._under_way.discard(copy.source)
         self._release(copy)
         self._copies.pop(copy.source, None)
+
+
+def _copy_start(source: Path, target: Path, nbytes: int) -> int:
+    """Write the first ``nbytes`` of ``source`` to a new file ``target``, synced; the bytes written."""
+    fin = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fout = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            written = 0
+            while written < nbytes and (sent := os.sendfile(fout, fin, written, min(CHUNK, nbytes - written))):
+                written += sent
+            os.fsync(fout)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return written
 
 
 def _companions(source: Path) -> list[Path]:
