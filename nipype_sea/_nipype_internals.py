@@ -46,7 +46,8 @@ from nipype.pipeline.plugins.multiproc import MultiProcPlugin, process_initializ
 from nipype.pipeline.plugins.tools import report_nodes_not_run
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
-from sea.interrupt import StopRequest, stop_process_pool
+from sea.interrupt import StopRequest, die_on_terminate, stop_process_pool
+from sea.memory import offer_to_oom_killer
 from sea.ordering import ReadyQueue
 from sea.tiers import key_in_private_dir
 
@@ -938,18 +939,13 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         return super()._clean_queue(jobid, graph, result=result)
 
 
-OOM_SCORE_ADJ = 500  # raised in worker processes: past the memory limit, the kernel kills one of them, not the loop
-
-
 def _worker_init(cwd) -> None:
     """MultiProc's ``process_initializer``; then the process offers itself to the OOM killer first,
-    so that a job past its memory loses a worker (whose node runs again), not the whole run."""
+    so that a job past its memory loses a worker (whose node runs again), not the whole run, and
+    dies when the pool terminates it."""
     process_initializer(cwd)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write(str(OOM_SCORE_ADJ))
-    except OSError:
-        pass  # not Linux: nothing to raise
+    offer_to_oom_killer()
+    die_on_terminate()
 
 
 def lost_worker(traceback_text: str) -> bool:

@@ -44,6 +44,7 @@ import os
 import typing as ty
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import attrs
@@ -52,7 +53,8 @@ from pydra.workers import cf
 from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, console
 from sea.config import check_whole_number
 from sea.dask.options import DaskOptions
-from sea.interrupt import StopSignals, raise_in_loop, stop_process_pool
+from sea.interrupt import StopSignals, die_on_terminate, raise_in_loop, stop_process_pool
+from sea.memory import offer_to_oom_killer
 from sea.ordering import ReadyQueue
 from sea.report import RunReport
 
@@ -113,12 +115,16 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _twins: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> its run in the home (see _twin)
     _located: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> (job, workflow job, graph, node)
     _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
+    _retiring: tuple | None = attrs.field(default=None, init=False, repr=False, eq=False)  # (broken pool, future done once its processes are gone)
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
     def _checked_pool(self) -> ProcessPoolExecutor:
         check_whole_number(self.n_procs, "SeaWorker n_procs", 1)
-        return ProcessPoolExecutor(self.n_procs)
+        return self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.n_procs, initializer=_process_init)
 
     def __attrs_post_init__(self) -> None:
         if not px_.pydra_version_supported():
@@ -207,7 +213,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         commit. Synchronous on purpose: the event loop must not hand out more jobs meanwhile."""
         self._interrupt.quiet()
         stop_process_pool(self.pool)
-        self.pool = ProcessPoolExecutor(self.n_procs)  # for a later run of this Submitter (no process yet)
+        self.pool = self._new_pool()  # for a later run of this Submitter (no process yet)
         for job, root in self._running.values():
             px_.remove_side_files(job, root)
         for tier in self.engine.hierarchy.fast_tiers:  # also those of jobs the stop caught between two states
@@ -270,9 +276,27 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return await self._in_process(job, rerun)
 
     async def _in_process(self, job, rerun: bool):
-        """Run the job in one of cf's processes."""
+        """Run the job in one of cf's processes. A process that died under it (the OOM killer) broke
+        the pool for every job in it: the pool is replaced for the jobs to come, and the error goes to
+        the caller (a job Sea placed runs again, see :meth:`_run_placed`)."""
+        pool = self.pool
         with self._watching():
-            return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+            try:
+                return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+            except BrokenProcessPool:
+                await self._retire(pool)
+                raise
+
+    async def _retire(self, pool: ProcessPoolExecutor) -> None:
+        """Replace the broken ``pool`` (once, for all its jobs) and wait until its processes are gone,
+        and their memory with them: the pool terminates the processes the OOM killer left, whose jobs
+        run again in directories they must no longer write into."""
+        if self._retiring is None or self._retiring[0] is not pool:
+            logger.warning("[Sea] a worker process died (killed by the OOM killer?); starting new worker processes")
+            if self.pool is pool:
+                self.pool = self._new_pool()
+            self._retiring = (pool, asyncio.get_running_loop().run_in_executor(None, stop_process_pool, pool))
+        await asyncio.shield(self._retiring[1])
 
     def _watching(self):
         return self._watch.running() if self._watch is not None else contextlib.nullcontext()
@@ -348,6 +372,15 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 result = await self._in_process(job, rerun)
                 self._running.pop(key, None)
                 return result
+            except BrokenProcessPool:  # its process died (the OOM killer): it runs again, fewer at a time
+                self._running.pop(key, None)
+                px_.remove_side_files(job, placement.physical.parent)
+                if self._interrupt.received is not None or not engine.worker_lost(key, running=len(self._running) + 1):
+                    engine.node_failed(key)
+                    raise
+                self._slots.limit(engine.concurrency_cap)
+                await self._slots.again(key)
+                placement = engine.place(key, link=False)
             except Exception as error:
                 self._running.pop(key, None)
                 px_.remove_side_files(job, placement.physical.parent)
@@ -457,7 +490,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None)  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
@@ -479,12 +512,20 @@ def _cancel_what_is_left(loop: asyncio.AbstractEventLoop | None) -> None:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
+def _process_init() -> None:
+    """Each pool process: the OOM killer's first choice over the run's own process, and killed by
+    the pool's ``terminate()`` (see :func:`sea.interrupt.die_on_terminate`)."""
+    offer_to_oom_killer()
+    die_on_terminate()
+
+
 class _Processes:
     """``n`` processes for the jobs waiting for one; a freed process goes to the job the core ranks
-    first (``SeaEngine.ready_queue``: locality, then depth), not to the one that asked first."""
+    first (``SeaEngine.ready_queue``: locality, then depth), not to the one that asked first.
+    :meth:`limit` lowers ``n`` (a process lost to the OOM killer: fewer jobs at once)."""
 
     def __init__(self, n: int, queue: ReadyQueue):
-        self._free = n
+        self._n, self._busy = n, 0
         self._queue = queue  # keys of the jobs waiting, best first
         self._waiting: dict[str, asyncio.Future] = {}
 
@@ -493,31 +534,48 @@ class _Processes:
         """The jobs waiting for a process."""
         return self._waiting
 
+    def limit(self, n: int | None) -> None:
+        """At most ``n`` jobs in processes from now on (those running go on)."""
+        if n is not None:
+            self._n = max(1, min(self._n, n))
+
     @contextlib.asynccontextmanager
     async def one_for(self, key: str):
-        if self._free > 0 and not self._waiting:
-            self._free -= 1
-        else:
-            granted = self._waiting[key] = asyncio.get_running_loop().create_future()
-            self._queue.push(key, key)
-            try:
-                await granted
-            except asyncio.CancelledError:
-                if self._waiting.get(key) is granted:
-                    del self._waiting[key]
-                    self._queue.discard(key)
-                elif granted.done() and not granted.cancelled():
-                    self._hand_on()  # granted and cancelled at once: pass the process on
-                raise
+        await self._acquire(key)
         try:
             yield
         finally:
             self._hand_on()
 
+    async def again(self, key: str) -> None:
+        """``key``, holding a process, gives it up and waits for one in its turn (within the limit)."""
+        self._hand_on()
+        try:
+            await self._acquire(key)
+        except asyncio.CancelledError:
+            self._busy += 1  # it holds none now: what one_for gives back on its way out
+            raise
+
+    async def _acquire(self, key: str) -> None:
+        if self._busy < self._n and not self._waiting:
+            self._busy += 1
+            return
+        granted = self._waiting[key] = asyncio.get_running_loop().create_future()
+        self._queue.push(key, key)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if self._waiting.get(key) is granted:
+                del self._waiting[key]
+                self._queue.discard(key)
+            elif granted.done() and not granted.cancelled():
+                self._hand_on()  # granted and cancelled at once: pass the process on
+            raise
+
     def _hand_on(self) -> None:
-        while self._queue:
+        self._busy -= 1
+        while self._queue and self._busy < self._n:
             granted = self._waiting.pop(self._queue.pop())
             if not granted.done():  # not cancelled while waiting
+                self._busy += 1
                 granted.set_result(None)
-                return
-        self._free += 1

@@ -67,6 +67,14 @@ class StopSignals:
         self.restore()
 
 
+def die_on_terminate() -> None:
+    """In a worker process the adapter's pool starts: SIGTERM kills it, as by default. Forked after
+    the run installed its handlers, it would inherit one that only wakes the run's loop (in the
+    parent), and go on running its job: a pool that lost a process to the OOM killer terminates the
+    others, whose nodes run again in directories such a survivor would still write into."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def raise_stop(signum: int) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
 

@@ -151,6 +151,19 @@ def _machine_charge() -> int:
     return vm.total - vm.available
 
 
+OOM_SCORE_ADJ = 500  # raised in worker processes: past the memory limit, the kernel kills one of them, not the run
+
+
+def offer_to_oom_killer() -> None:
+    """In a worker process the adapter's pool starts: past the job's memory limit the kernel kills
+    this process (whose node the adapter runs again), not the process that drives the run."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write(str(OOM_SCORE_ADJ))
+    except OSError:
+        pass  # not Linux: nothing to raise
+
+
 def is_ram_backed(path: Path) -> bool:
     """Whether ``path`` is on a tmpfs or ramfs (its files are memory)."""
     return filesystem_types().get(device(Path(path))) in RAM_FILESYSTEMS

@@ -10,7 +10,8 @@ tiers are /dev/shm (RAM: its pages count against the cgroup) then a directory on
   kill, and its report must give the memory peak against the limit.
 - Nodes that declare less memory than they use (mem_gb 0.01, using 150 MiB each): the OOM killer
   does kill a worker (the cgroup's own counter shows it); the node runs again, one at a time from
-  then on, and the run completes byte-identical.
+  then on, and the run completes byte-identical. The same chains under Pydra's SeaWorker, where Pydra's
+  own cf worker fails the run (its broken pool fails every job that was in it).
 """
 
 from __future__ import annotations
@@ -68,6 +69,45 @@ for i, path in enumerate(inputs):
 wf.config["execution"]["poll_sleep_duration"] = 0.05
 args = {"n_procs": 2} if plugin == "MultiProc" else {"n_procs": 2, "sea": sea}
 wf.run(plugin=plugin, plugin_args=args)
+"""
+
+# The same chains under Pydra: one nested workflow per input, split over them; prints each output's digest.
+HUNGRY_PYDRA = r"""
+import hashlib
+import sys
+from fileformats.generic import File
+from pydra.compose import python, workflow
+from pydra.engine.submitter import Submitter
+
+@python.define(outputs=["out"])
+def Hungry(in_file: File, mib: int) -> File:
+    import os
+    import numpy as np
+    held = np.ones(int(mib * 2**20) // 8)  # every page touched: resident
+    data = open(in_file, "rb").read()
+    out = os.path.abspath("out.bin")
+    with open(out, "wb") as fh:
+        fh.write(data + bytes([int(held[0])]))
+    return File(out)
+
+@workflow.define(outputs=["out"])
+def Chain(in_file: File, mib: int) -> File:
+    first = workflow.add(Hungry(in_file=in_file, mib=mib), name="first")
+    second = workflow.add(Hungry(in_file=first.out, mib=mib), name="second")
+    return second.out
+
+@workflow.define(outputs=["outs"])
+def Chains(in_files: list[File], mib: int) -> list[File]:
+    chain = workflow.add(Chain(mib=mib).split(in_file=in_files).combine("in_file"), name="chain")
+    return chain.out
+
+cache, worker, sea, inputs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+with Submitter(worker=worker, cache_root=cache, n_procs=2, **({"sea": sea} if worker == "sea" else {})) as sub:
+    result = sub(Chains(in_files=inputs, mib=150))
+if result.errored:
+    sys.exit(f"errored: {result.errors}")
+for path in result.outputs.outs:
+    print(hashlib.sha256(open(path, "rb").read()).hexdigest())
 """
 
 
@@ -140,6 +180,32 @@ def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
     assert tree_files(root / "out") == tree_files(tmp_path / "ref-out")
+    report = RunReport.from_json(root / "work" / "sea-report.json")
+    assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
+    assert report.memory.oom_kills == oom_kills
+    assert "lost its worker process" in done.stderr
+
+
+@needs_cgroup
+def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
+    """Pydra's cf loses the whole run there (its broken pool fails every job in it); SeaWorker replaces
+    the pool once its processes are gone, runs the jobs that were in it again, one at a time."""
+    root, config = shared
+    inputs = []
+    for i in range(3):
+        path = root / "data" / f"in{i}.bin"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(bytes([i]) * MiB)
+        inputs.append(str(path))
+    script = tmp_path / "hungry_pydra.py"
+    script.write_text(HUNGRY_PYDRA)
+    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), "cf", "", *inputs], cwd=REPO, capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), *inputs])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
+    assert done.stdout.split() == reference.stdout.split() and len(done.stdout.split()) == 3
     report = RunReport.from_json(root / "work" / "sea-report.json")
     assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
     assert report.memory.oom_kills == oom_kills
