@@ -131,7 +131,7 @@ class Configuration:
     sea: str | None = None  # "tiers": the node-local tiers; "fast": a tmpfs of its own; None: no Sea
     checkpoints: str = "auto"  # Sea's checkpoints: auto (the default), none or all
     checkpoint_factor: float = 1.0  # auto's factor (sea.checkpoint)
-    prefetch: bool | str = False  # Sea's prefetch of the input files: true, or "auto" (sea.prefetch)
+    prefetch: bool | str = "auto"  # Sea's prefetch of the input files: auto (the default), true or false (sea.prefetch)
     backpressure: bool = True  # Sea's back-pressure on the link home (sea.backpressure)
     tier_capacity: str | None = None  # one tier only, /dev/shm with this cap: what it cannot hold goes home
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
@@ -154,7 +154,8 @@ CONFIGURATIONS = (
     Configuration("C4", "SeaMultiProc, auto, factor 4", "SeaMultiProc", sea="tiers", checkpoint_factor=4.0),
     Configuration("CB", "SeaMultiProc, back-pressure off", "SeaMultiProc", sea="tiers", backpressure=False),
     Configuration("CP", "SeaMultiProc, prefetch on", "SeaMultiProc", sea="tiers", prefetch=True),
-    Configuration("CA", "SeaMultiProc, prefetch auto", "SeaMultiProc", sea="tiers", prefetch="auto"),
+    Configuration("CA", "SeaMultiProc, prefetch auto", "SeaMultiProc", sea="tiers", prefetch="auto"),  # C since prefetch: auto became the default
+    Configuration("C0", "SeaMultiProc, prefetch off", "SeaMultiProc", sea="tiers", prefetch=False),  # C before it
     # half of C's tier peak on the busy incrementation (287 MiB, issue 20), and nothing after it but the home
     Configuration("CH", "SeaMultiProc, one tier of 144 MiB", "SeaMultiProc", sea="tiers", tier_capacity="144MiB"),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
@@ -169,7 +170,7 @@ CONFIGURATIONS = (
     Configuration("PSN", "Pydra SeaWorker, checkpoints: none", "sea", out_on_tmpfs=True, sea="tiers", checkpoints="none", engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CA", "PD", "PSN"))  # C2, C4: for benchmarks.reruns; CB, CH, CA, PD, PSN: issue 20's
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CA", "C0", "PD", "PSN"))  # C2, C4: for benchmarks.reruns; CB, CH, CA, C0, PD, PSN: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:

@@ -14,8 +14,10 @@ fresh directories, outputs compared byte for byte with A's:
 * A  the same, poll tuned to 0.05 s: the fair best MultiProc;
 * B  MultiProc with the work dir on tmpfs by hand (``-w $SLURM_TMPDIR``), DataSink on the shared
   filesystem: what careful users do today (it loses resume, and fails when tmpfs fills);
-* C  SeaMultiProc, home on the shared filesystem, tiers /dev/shm then the local disk, its default
-  ``checkpoints: auto`` (node directories costly to recompute are copied home too);
+* C  SeaMultiProc, home on the shared filesystem, tiers /dev/shm then the local disk, its defaults:
+  ``checkpoints: auto`` (node directories costly to recompute are copied home too) and ``prefetch:
+  auto`` (input files copied ahead once the shared filesystem proves slow to read); C0 is C with
+  ``prefetch: false``, C before that default (issue 20, not in the default run);
 * CN SeaMultiProc with ``checkpoints: none`` (only declared outputs go home);
 * C' SeaMultiProc with ``checkpoints: all`` (``keep_intermediates: true``, the seeds' flush-all);
 * CP SeaMultiProc with ``prefetch: true``: the input files (on the shared filesystem) copied to the

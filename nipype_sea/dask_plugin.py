@@ -116,7 +116,7 @@ class SeaDaskPlugin(DaskTaskLoop):
             raise SeaConfigError("the workflow has no base_dir: set workflow.base_dir = '/path/to/work' (on the shared filesystem) before run()")
         self.home = home
         config_ = SeaConfig.load(self.sea)
-        if config_.prefetch.enabled:  # a worker is chosen at submission: none is known ahead to copy to
+        if config_.prefetch.enabled is True:  # a worker is chosen at submission: none is known ahead to copy to (auto, the default: no word)
             logger.warning("[Sea] prefetch is not done under SeaDask yet (SeaMultiProc and Pydra's SeaWorker do it); the run goes on without it")
         specs = node_specs(graph, home, config_.sinks)
         with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine

@@ -94,9 +94,10 @@ class PrefetchSpec:
     """Copying the workflow's input files from the shared filesystem to a fast tier ahead of their readers."""
 
     enabled: bool | str = field(
-        default=False,
-        metadata={"doc": "copy input files ahead of the nodes that read them: true, false, or auto (on while the shared filesystem "
-                         "proves slow to read: its first copy took at least 4 times as long as copying it again within the tier)"},
+        default="auto",
+        metadata={"doc": "copy input files ahead of the nodes that read them: true, false, or auto (the default: on once the shared "
+                         "filesystem proves slow to read, its first copy of a file of 1 MiB or more taking at least 4 times as long as "
+                         "copying it again within the tier; until then smaller files are read where they are)"},
     )
     budget: str = field(default="25%", metadata={"doc": "room prefetched copies may take on a tier: a size ('2GiB') or a share of it ('25%')"})
     lookahead: int = field(default=4, metadata={"doc": "how many of the next reader nodes have their files copied ahead"})
@@ -214,7 +215,7 @@ class SeaConfig:
             "copy the workflow's input files (what data grabbers and node inputs point at on the shared "
             "filesystem) to the fastest tier with room ahead of the nodes that read them, in the order they "
             "will run, within a budget per tier; each copy goes once its last reader finished. enabled "
-            "(default false; auto: on while the shared filesystem proves slow to read), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
+            "(default auto: on once the shared filesystem proves slow to read; true, false), budget (a size or a share of the tier, default '25%'), lookahead (reader nodes "
             "ahead, default 4)",
             {"enabled": True, "budget": "2GiB", "lookahead": 4},
         ),

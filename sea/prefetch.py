@@ -14,8 +14,10 @@ copies. When a reader is about to start, the adapter asks
 not started yet is dropped: the reader reads the shared filesystem, as without prefetch). A copy
 goes once every reader registered for it finished.
 
-With ``enabled: auto`` prefetch first proves that it pays: reading the shared filesystem must be
-clearly slower than reading the tier. The first copy of at least :data:`MEASURED_BYTES` is timed, then
+With ``enabled: auto`` (the default) prefetch first proves that it pays: reading the shared
+filesystem must be clearly slower than reading the tier. Until then files smaller than
+:data:`MEASURED_BYTES` are not copied (their readers read them where they are: a workflow of small
+inputs runs as without prefetch). The first copy of at least :data:`MEASURED_BYTES` is timed, then
 copied again within its tier (the same steps: the same fixed costs per file); if the first took less
 than :data:`PAYS_FROM` times the second, the copies not started are dropped and no more are made (a
 reader reads its files where they are). Reading the copy back instead measured 5.4x for a 4 MiB
@@ -64,6 +66,7 @@ class _Copy:
     future: Future | None = None
     done: bool = False  # the copy ended
     ok: bool = False  # ... and ``target`` is complete
+    skipped: bool = False  # not copied: under MEASURED_BYTES while enabled: auto had not measured
 
 
 @dataclass
@@ -137,7 +140,7 @@ class Prefetcher:
             if self._pays is False:
                 return False
             copies = [self._copies.get(source) for source in self._files.get(reader, ())]
-            if all(copy is not None and copy.ok for copy in copies):
+            if all(copy is not None and (copy.ok or copy.skipped) for copy in copies):
                 return False
             return bool(self._under_way)
 
@@ -159,7 +162,7 @@ class Prefetcher:
                 if copy.ok:
                     found[str(source)] = str(copy.target)
                     self.stats.hits += 1
-                else:
+                elif not copy.skipped:
                     self.stats.misses += 1
         self.advance()
         return found
@@ -195,6 +198,10 @@ class Prefetcher:
         except OSError:  # gone, or unreadable: the reader will say so
             copy.future = _finished_future()
             copy.done = True
+            return True
+        if self._pays is None and size < MEASURED_BYTES:  # auto, not measured: a small file is read where it is
+            copy.future = _finished_future()
+            copy.done = copy.skipped = True
             return True
         tier = self._tier_for(size)
         if tier is None:

@@ -155,6 +155,45 @@ def test_auto_stops_where_the_shared_filesystem_reads_as_fast_as_the_tier_and_go
         slow.close()
 
 
+def test_auto_is_the_default_and_reads_small_files_where_they_are_until_prefetch_proved_it_pays(tmp_path, shm_dir):
+    """A workflow of small inputs runs as without prefetch: under ``auto`` nothing under 1 MiB is
+    copied (nor does its reader wait for copies) until a larger file's copy proved the shared
+    filesystem slow; after that small files are copied too. ``enabled: true`` copies them at once."""
+    from sea.prefetch import MEASURED_BYTES
+
+    assert SeaConfig.load({}).prefetch == PrefetchSpec() and PrefetchSpec().enabled == "auto"
+    home = tmp_path / "home"
+    home.mkdir()
+    hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    with slowfs_scratch(read_mbps=20) as fs:
+        shared = fs.path / "shared"
+        shared.mkdir()
+        small = []
+        for i in range(4):
+            small.append(shared / f"small{i}.bin")
+            small[-1].write_bytes(bytes([i]) * (MEASURED_BYTES // 4))
+        big = shared / "big.bin"
+        big.write_bytes(b"b" * 2 * MEASURED_BYTES)
+
+        auto = Prefetcher(PrefetchSpec(), hierarchy, order=sorted)
+        auto.expect("a0", [small[0]])
+        auto.expect("a1", [small[1]])
+        assert not auto.pending("a0") and auto.copies_for("a0") == {}, "a small file was copied before prefetch proved it pays"
+        auto.expect("b", [big])
+        assert list(auto.copies_for("b")) == [str(big)]  # measured: a 20 MB/s read pays
+        assert auto.stats.slowdown is not None and not auto.stats.stopped, auto.stats
+        auto.expect("c", [small[2]])
+        assert list(auto.copies_for("c")) == [str(small[2])], "a small file was not copied once prefetch proved it pays"
+        assert auto.stats.misses == 0, "a small file left where it is counted as a copy missed"
+        auto.close()
+
+        on = Prefetcher(PrefetchSpec(enabled=True), hierarchy, order=sorted)
+        on.expect("d", [small[3]])
+        assert list(on.copies_for("d")) == [str(small[3])]
+        on.close()
+    assert hierarchy.fast_tiers[0].reserved == 0
+
+
 def _hash_files(home: Path) -> list[str]:
     """The hash files of the grabbers and of the nodes reading the raw data. (Downstream nodes'
     hashes name their producers' directories on the tier, whose names differ from run to run,
