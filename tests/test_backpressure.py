@@ -11,6 +11,7 @@ with, then read back); now it waits until the copy commits and its directory lea
 from __future__ import annotations
 
 import json
+import time
 
 from example_workflows.incrementation import build_workflow, make_chunks
 
@@ -50,7 +51,7 @@ def tier_bytes(capacity: str) -> int:
 
 def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_running_long(disk_dir, shm_dir):
     """The core alone: node n would spill (the 3 MiB tier holds p's 2 MiB while r reads it); r is
-    expected to end at once (a node of its kind took milliseconds), so n waits for p's room. Once r
+    expected to end soon (a node of its kind took 0.2 s), so n waits for p's room. Once r
     has run far longer than its kind's time, n no longer waits for it: it spills, as the engine's
     own plugin would have written it to the home at once."""
     from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
@@ -60,8 +61,9 @@ def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_runn
     specs = [NodeSpec("wf/q", kind="reader"), NodeSpec("wf/p", kind="producer"),
              NodeSpec("wf/r", kind="reader", upstream=(("wf/p", "x"),)), NodeSpec("wf/n", kind="new")]  # fmt: skip
     engine.update_graph(WorkflowGraph.from_specs(specs))
-    for key, mib in (("wf/q", 0), ("wf/p", 2)):  # q: a reader's run time is now known (milliseconds)
+    for key, mib in (("wf/q", 0), ("wf/p", 2)):  # q: a reader's run time is now known (0.2 s)
         (engine.place(key).physical / "data.bin").write_bytes(b"x" * (mib * 2**20))
+        time.sleep(0.2)  # not milliseconds: r, just placed, is then surely within its kind's time on a loaded machine too
         engine.node_finished(key)
     engine.place("wf/r")  # runs, the last reader of p's 2 MiB
     assert not engine.run.hierarchy.has_room(engine.run.estimate("wf/n"))
