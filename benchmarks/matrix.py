@@ -168,9 +168,10 @@ CONFIGURATIONS = (
     # cf, then its outputs made durable (what Sea does before a run returns): the least a durable run costs
     Configuration("PD", "Pydra cf worker, outputs fsync'ed", "cf", out_on_tmpfs=True, durable_outputs=True, engine="pydra"),
     Configuration("PSN", "Pydra SeaWorker, checkpoints: none", "sea", out_on_tmpfs=True, sea="tiers", checkpoints="none", engine="pydra"),
+    Configuration("PSB", "Pydra SeaWorker, back-pressure off", "sea", out_on_tmpfs=True, sea="tiers", backpressure=False, engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CA", "C0", "PD", "PSN"))  # C2, C4: for benchmarks.reruns; CB, CH, CA, C0, PD, PSN: issue 20's
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CA", "C0", "PD", "PSN", "PSB"))  # C2, C4: for benchmarks.reruns; CB, CH, CA, C0, PD, PSN, PSB: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:

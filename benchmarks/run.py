@@ -28,7 +28,8 @@ fresh directories, outputs compared byte for byte with A's:
 * PS Pydra with SeaWorker, same tiers as C; P, PS and PSP outputs are compared with P's;
 * PSP PS with ``prefetch: true``;
 * PD P, with the workflow's outputs ``fsync``'ed inside the timing (Sea makes them durable before a
-  run returns, cf does not); PSN PS with ``checkpoints: none`` (issue 20's part 4, not in the default run);
+  run returns, cf does not); PSN PS with ``checkpoints: none``; PSB PS with ``backpressure: false``
+  (issue 20's, not in the default run);
 * L  (computed, busy only) the limit: max(T, declared output bytes at the throttled bandwidth) plus
   the last output's flush.
 

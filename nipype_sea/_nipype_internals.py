@@ -47,8 +47,8 @@ from nipype.pipeline.plugins.tools import report_nodes_not_run
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
 from sea.interrupt import StopRequest, die_on_terminate, stop_process_pool
-from sea.memory import offer_to_oom_killer
-from sea.ordering import ReadyQueue
+from sea.memory import JobPeak, offer_to_oom_killer
+from sea.ordering import HELD_PER_ROUND, ReadyQueue
 from sea.tiers import key_in_private_dir
 
 TESTED_RANGE = ("1.8", "1.13")
@@ -513,7 +513,6 @@ class _Unvalidated(pickle._Unpickler):
 
 
 # ------------------------------------------------------------------------- plugin hooks
-HELD_PER_ROUND = 16  # jobs a round holds back before it stops looking further down the ready queue
 REQUEUE = {"requeue": True}  # what _get_result returns for a task whose job goes back to the ready queue
 
 
@@ -689,6 +688,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         self._init_loop()
         self._submitted: dict[int, tuple[object, bool]] = {}
         self._result = None  # the result _get_result just returned, for the _task_finished_cb that follows
+        self._memory = None  # ... and the most memory its node held (run_measured)
         self.pool.shutdown(wait=False)  # MultiProc's, which started no process yet: ours marks its workers
         self._new_pool()
 
@@ -737,9 +737,9 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         again (it starts as any ready job, within :meth:`max_running`) instead of reporting it."""
         return False
 
-    def job_finished(self, node, cached: bool, result=None) -> None:
+    def job_finished(self, node, cached: bool, result=None, memory: int | None = None) -> None:
         """``result``: the ``InterfaceResult`` the worker process sent back (``None`` for a node
-        found cached, or run in this process)."""
+        found cached, or run in this process); ``memory``: the most it held there (:func:`run_measured`)."""
 
     def job_failed(self, node) -> None: ...
 
@@ -881,15 +881,18 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         return super()._local_hash_check(jobid, graph)
 
     def _submit_job(self, node, updatehash=False):
+        """MultiProc's, with the node run by :func:`run_measured`, and its future recorded before
+        the callback is attached (MultiProc attaches it first: a task that failed at once ran the
+        callback when its future could not be found yet)."""
         self.prepare_node(node)
-        self._usable_pool()
-        taskid = super()._submit_job(node, updatehash=updatehash)
+        self._taskid += 1
+        taskid = self._taskid
+        if getattr(node.interface, "terminal_output", "") == "stream":  # as MultiProc: no streaming outputs
+            node.interface.terminal_output = "allatonce"
         self._submitted[taskid] = (node, updatehash)
-        future = self._task_obj.get(taskid)
-        if future is not None and future.done() and taskid not in self._taskresult:
-            # MultiProc attaches the callback before it records the future: a task that failed at
-            # once ran the callback when the future could not be found yet; settle it now
-            self._async_callback(future)
+        self._task_obj[taskid] = future = self._usable_pool().submit(run_measured, node, updatehash, taskid)
+        future.add_done_callback(self._async_callback)
+        logger.debug("[MultiProc] Submitted task %s (taskid=%d).", node.fullname, taskid)
         return taskid
 
     def _async_callback(self, args):
@@ -907,6 +910,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
     def _get_result(self, taskid):
         result = super()._get_result(taskid)
         self._result = result.get("result") if result and not result.get("traceback") else None
+        self._memory = result.get(MEASURED) if result else None
         if result and result.get("traceback") and taskid in self._submitted:
             node, updatehash = self._submitted[taskid]
             text = "".join(result["traceback"])
@@ -915,7 +919,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
                 return REQUEUE
             if self.retry_node(node, text):
                 del self._taskresult[taskid]
-                future = self._usable_pool().submit(run_node, node, updatehash, taskid)
+                future = self._usable_pool().submit(run_measured, node, updatehash, taskid)
                 self._task_obj[taskid] = future
                 future.add_done_callback(self._async_callback)
                 return None
@@ -931,12 +935,25 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         if self._status_callback:
             self._status_callback(self.procs[jobid], "end")
         result, self._result = (None if cached else self._result), None
-        self.job_finished(self.procs[jobid], cached, result)  # MapNode sub-nodes too (jobid in mapnodesubids)
+        memory, self._memory = (None if cached else self._memory), None
+        self.job_finished(self.procs[jobid], cached, result, memory)  # MapNode sub-nodes too (jobid in mapnodesubids)
         self._count_down(jobid)
 
     def _clean_queue(self, jobid, graph, result=None):
         self.job_failed(self.procs[self.mapnodesubids.get(jobid, jobid)])
         return super()._clean_queue(jobid, graph, result=result)
+
+
+MEASURED = "sea_memory"  # the key run_measured adds to run_node's result
+
+
+def run_measured(node, updatehash, taskid) -> dict:
+    """MultiProc's ``run_node``, in the worker process, with the most memory the node held there
+    (:class:`sea.memory.JobPeak`) in its result under :data:`MEASURED`."""
+    with JobPeak() as peak:
+        result = run_node(node, updatehash, taskid)
+    result[MEASURED] = peak.bytes
+    return result
 
 
 def _worker_init(cwd) -> None:

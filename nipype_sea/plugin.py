@@ -199,7 +199,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             nx_.redirect_sink(node, placement.staging)
         return True
 
-    def job_finished(self, node, cached: bool, result=None) -> None:
+    def job_finished(self, node, cached: bool, result=None, memory: int | None = None) -> None:
         key = self._node_key(node)
         if key in self._done:  # a twin, done when the other one was
             return
@@ -217,7 +217,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.engine.node_cached(key)
         else:
             originals = {copy: original for original, copy in copies.items()}
-            self.engine.node_finished(key, reads=[originals.get(p, p) for p in nx_.paths_read(result)], gives=nx_.paths_given(result))
+            self.engine.node_finished(key, reads=[originals.get(p, p) for p in nx_.paths_read(result)], gives=nx_.paths_given(result), memory=memory)
 
     def _expect_reads_after(self, node, key: str) -> None:
         """A data grabber (or any node) finished: the shared files it hands its consumers are

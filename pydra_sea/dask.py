@@ -63,7 +63,7 @@ def check_storage(sea: SeaConfig, home: str) -> None:
 def run_task(job_pkl: bytes, rerun: bool, worker: type) -> dict:
     """A task job of the workflow the client expands, in its directory in the home; ``worker``:
     the client's worker class (:class:`~pydra_sea.worker.SeaWorker`, which uses this module)."""
-    return {"result": worker.uncloudpickle_and_run(job_pkl, rerun), "worker": _this_worker()[0]}
+    return {"result": worker.uncloudpickle_and_run(job_pkl, rerun).result, "worker": _this_worker()[0]}  # (its memory: no engine here to tell)
 
 
 def run_nested_workflow(job_pkl: bytes, sea: SeaConfig, rerun: bool, worker: type) -> dict:

@@ -54,8 +54,8 @@ from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, co
 from sea.config import check_whole_number
 from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals, die_on_terminate, raise_in_loop, stop_process_pool
-from sea.memory import offer_to_oom_killer
-from sea.ordering import ReadyQueue
+from sea.memory import JobPeak, offer_to_oom_killer
+from sea.ordering import HELD_PER_ROUND, ReadyQueue
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
@@ -116,6 +116,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _located: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> (job, workflow job, graph, node)
     _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
     _retiring: tuple | None = attrs.field(default=None, init=False, repr=False, eq=False)  # (broken pool, future done once its processes are gone)
+    _memory: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the most memory its job held in its process
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
@@ -142,7 +143,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
-            self._watch = Watchdog(self._waits, busy=lambda: self.engine is not None and self.engine.stager.queue_length > 0)
+            self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
                 if (since := self.engine.killed_run_started) is not None:
@@ -195,6 +196,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._ended.clear()
         self._twins.clear()
         self._located.clear()
+        self._memory.clear()
         if self._watch is not None:
             self._watch.stop()
         self._slots = self._loop_of_run = self._watch = None  # bound to this run's event loop
@@ -282,10 +284,12 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         pool = self.pool
         with self._watching():
             try:
-                return await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+                measured = await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
             except BrokenProcessPool:
                 await self._retire(pool)
                 raise
+        self._memory[job.checksum] = measured.memory
+        return measured.result
 
     async def _retire(self, pool: ProcessPoolExecutor) -> None:
         """Replace the broken ``pool`` (once, for all its jobs) and wait until its processes are gone,
@@ -324,7 +328,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             engine.node_cached(key)  # done by an earlier run (here or in a read-only cache): Pydra would not run it either
             return cached
         if self._slots is None:
-            self._slots = _Processes(self.n_procs, engine.ready_queue())
+            self._slots = _Processes(self.n_procs, engine.ready_queue(), engine.may_start)
         # Pydra hands over every runnable job at once: place one only when a process is free for
         # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue;
         # which waiting job gets a free process is the core's choice (locality, then depth)
@@ -336,7 +340,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             tier = engine.physical_dir(key).parent
             if key in self._persisted:  # its directory will move home: Pydra must not read it on the way
                 px_.look_in_home(job, home, tier)
-            engine.node_finished(key, gives=px_.output_paths(result))
+            engine.node_finished(key, gives=px_.output_paths(result), memory=self._memory.pop(key, None))
         self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
@@ -396,14 +400,17 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 raise
 
     @classmethod
-    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool):
-        """In the pool's process: a job that failed while saving (out of space) leaves the process
-        in its directory, which Sea then removes; Pydra's next job there starts by ``os.getcwd()``."""
+    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool) -> _Measured:
+        """In the pool's process: the job's result, and the most memory it held (:class:`sea.memory.JobPeak`).
+        A job that failed while saving (out of space) leaves the process in its directory, which Sea
+        then removes; Pydra's next job there starts by ``os.getcwd()``."""
         try:
             os.getcwd()
         except FileNotFoundError:
             os.chdir("/")
-        return super().uncloudpickle_and_run(job_pkl, rerun)
+        with JobPeak() as peak:
+            result = super().uncloudpickle_and_run(job_pkl, rerun)
+        return _Measured(result, peak.bytes)
 
     async def _settled(self, key: str, quiet: bool = False) -> None:
         """Until the job's directory settled (``SeaEngine.is_settled``), or with ``quiet``, until
@@ -413,10 +420,17 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._wake_waiters()
         await waiter
 
+    def _moving(self) -> bool:
+        """Something outside the event loop will bring an event: a copy home, or a prefetch copy."""
+        engine = self.engine
+        return engine is not None and (engine.stager.queue_length > 0 or (engine.prefetcher is not None and engine.prefetcher.copying))
+
     def _wake_waiters(self) -> None:
         if self.engine is None:  # the run ended
             return
         self._watch.event()
+        if self._slots is not None:  # a job held back (memory, the link home, its input's copy) may start now
+            self._slots.retry()
         ready = [(k, quiet) for k, quiet in self._waiting if (self.engine.is_quiet(k) if quiet else self.engine.is_settled(k))]
         for entry in ready:
             for waiter in self._waiting.pop(entry):
@@ -490,7 +504,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None)  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None, _memory={})  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:
@@ -512,6 +526,13 @@ def _cancel_what_is_left(loop: asyncio.AbstractEventLoop | None) -> None:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
+class _Measured(ty.NamedTuple):
+    """What a pool process sends back: the job's result, and the most memory the job held there."""
+
+    result: ty.Any
+    memory: int | None
+
+
 def _process_init() -> None:
     """Each pool process: the OOM killer's first choice over the run's own process, and killed by
     the pool's ``terminate()`` (see :func:`sea.interrupt.die_on_terminate`)."""
@@ -521,12 +542,16 @@ def _process_init() -> None:
 
 class _Processes:
     """``n`` processes for the jobs waiting for one; a freed process goes to the job the core ranks
-    first (``SeaEngine.ready_queue``: locality, then depth), not to the one that asked first.
-    :meth:`limit` lowers ``n`` (a process lost to the OOM killer: fewer jobs at once)."""
+    first (``SeaEngine.ready_queue``: locality, then depth) among those the core lets start now
+    (``SeaEngine.may_start``: its memory fits, the link home keeps up, its input files' copies are
+    done), not to the one that asked first; a job held back is asked about again at the next event
+    (:meth:`retry`: a job's end, a copy home or a prefetch copy ending). :meth:`limit` lowers ``n``
+    (a process lost to the OOM killer: fewer jobs at once)."""
 
-    def __init__(self, n: int, queue: ReadyQueue):
+    def __init__(self, n: int, queue: ReadyQueue, may_start: ty.Callable[[str, int], bool] = lambda key, running: True):
         self._n, self._busy = n, 0
         self._queue = queue  # keys of the jobs waiting, best first
+        self._may_start = may_start
         self._waiting: dict[str, asyncio.Future] = {}
 
     @property
@@ -557,11 +582,9 @@ class _Processes:
             raise
 
     async def _acquire(self, key: str) -> None:
-        if self._busy < self._n and not self._waiting:
-            self._busy += 1
-            return
         granted = self._waiting[key] = asyncio.get_running_loop().create_future()
         self._queue.push(key, key)
+        self.retry()
         try:
             await granted
         except asyncio.CancelledError:
@@ -574,8 +597,24 @@ class _Processes:
 
     def _hand_on(self) -> None:
         self._busy -= 1
+        self.retry()
+
+    def retry(self) -> None:
+        """Hand the free processes to the waiting jobs, best first, that may start now."""
+        held = []
         while self._queue and self._busy < self._n:
-            granted = self._waiting.pop(self._queue.pop())
-            if not granted.done():  # not cancelled while waiting
-                self._busy += 1
-                granted.set_result(None)
+            key = self._queue.pop()
+            granted = self._waiting.get(key)
+            if granted is None or granted.done():  # cancelled while waiting
+                self._waiting.pop(key, None)
+                continue
+            if not self._may_start(key, self._busy):
+                held.append(key)
+                if len(held) > HELD_PER_ROUND:
+                    break  # the best jobs wait: no need to ask the whole queue
+                continue
+            del self._waiting[key]
+            self._busy += 1
+            granted.set_result(None)
+        for key in held:
+            self._queue.push(key, key)

@@ -64,6 +64,7 @@ from .progress import Progress, Rate, Snapshot, WorkLeft
 from .report import MemoryReport, RunReport, TierReport, announce
 from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
+from .sizes import format_size
 from .stager import CHECKPOINT, KEPT, Stager
 from .tiers import StorageHierarchy
 
@@ -142,6 +143,7 @@ class SeaEngine:
             self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake) if config.prefetch.enabled else None
             self._closed = False
             self.concurrency_cap: int | None = None  # set once a worker process was lost: see worker_lost
+            self._over_memory: set[str] = set()  # kinds measured above the memory they declare (logged once)
             self._work_left = WorkLeft(self.estimator.seconds)
             self._open_ended = 0  # nodes that may still get consumers: the graph is still growing
             self._copy_rate = Rate()
@@ -349,7 +351,12 @@ class SeaEngine:
             if running and budget is not None and not budget.fits(self.run.node_memory(key), *self.hierarchy.ram_bytes()):
                 budget.held.add(key)
                 return False
-            return not self.backpressure.holds(key, running)
+            if self.backpressure.holds(key, running):
+                return False
+            # its memory counts from now, not from its placement: an adapter may let another node
+            # start before it places this one (Pydra's worker places a job in its own coroutine)
+            self.run.reserve_memory(key)
+            return True
 
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, or could not run a program from
@@ -404,12 +411,16 @@ class SeaEngine:
         self._reader_done(key)
         self._progress(key)
 
-    def node_finished(self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = ()) -> None:
+    def node_finished(self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = (), memory: int | None = None) -> None:
         """``reads``: paths the node's inputs named; those of files outside the home and the tiers
         (the workflow's input data) are fingerprinted in the journal, so that a rerun after one of
         them changed does not reuse what was made from it. ``gives``: paths its outputs name; those
-        in other nodes' directories (inputs it passes on) stay until its consumers finished."""
+        in other nodes' directories (inputs it passes on) stay until its consumers finished.
+        ``memory``: the most memory the node held, measured in its process (:class:`sea.memory.JobPeak`):
+        nodes of its kind reserve at least that from now on, in later runs too."""
         with self._lock:
+            if memory:
+                self._measured(key, memory)
             node = self._whole_node(key)
             if node is None or self._closed:  # closed: stopped while it ran, its directory dropped
                 return
@@ -454,6 +465,19 @@ class SeaEngine:
             self.evictor.maybe_evict(key)
         self._reader_done(key)
         self._progress(key)
+
+    def _measured(self, key: str, memory: int) -> None:
+        node = self.run.nodes.get(key)
+        owner = node if node is not None and node.part_of is None else self.run.nodes.get(self.run.graph.owner(key) or "")
+        if owner is None or not self.estimator.learn_memory(owner.spec.kind, memory):
+            return
+        declared = owner.spec.memory
+        if self.hierarchy.memory is not None and 0 < declared < memory and owner.spec.kind not in self._over_memory:
+            self._over_memory.add(owner.spec.kind)
+            self.log.warning(
+                "[Sea] %s held %s of memory, more than the %s it declares: nodes of its kind reserve that from now on "
+                "(Nipype: set its mem_gb to %.2f)", owner.spec.kind, format_size(memory), format_size(declared), memory / 2**30,
+            )  # fmt: skip
 
     def _whole_node(self, key: str) -> NodeState | None:
         """The node ``key`` names; ``None`` for a sub-node, which is settled here as a part of its
@@ -662,7 +686,7 @@ class SeaEngine:
         if budget is not None:
             report.memory = MemoryReport(
                 budget.limit.bytes, budget.limit.source, budget.headroom, budget.peak_charged, budget.peak_committed,
-                self.run.ram_peak, len(budget.held), budget.spills, budget.oom_kills(),
+                self.run.ram_peak, len(budget.held), budget.spills, budget.oom_kills(), len(self._over_memory),
             )
 
     def _rebase_home(self, now: Path) -> None:

@@ -1,5 +1,5 @@
-"""Node sizes and run times: unknown before a node runs, so estimated, then learned as nodes
-finish, and kept in the home (``.sea/history.json``) so the next run, and ``sea plan``, start
+"""Node sizes, run times and memory: unknown before a node runs, so estimated, then learned as
+nodes finish, and kept in the home (``.sea/history.json``) so the next run, and ``sea plan``, start
 from what the last one measured."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class SizeEstimator:
     learned: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # the last run time seen per kind
     copy_home: dict[str, float] = field(default_factory=dict)  # what a copy home cost (sea.checkpoint.CopyCost)
+    memory: dict[str, int] = field(default_factory=dict)  # the most memory a node of each kind was measured to hold
 
     def estimate(self, kind: str, input_bytes: int | None = None) -> int:
         if kind in self.learned:
@@ -41,19 +42,27 @@ class SizeEstimator:
         if seconds is not None:
             self.seconds[kind] = seconds
 
+    def learn_memory(self, kind: str, nbytes: int) -> bool:
+        """A node of ``kind`` held ``nbytes`` of memory at most; True if that is more than any before."""
+        if nbytes <= self.memory.get(kind, 0):
+            return False
+        self.memory[kind] = nbytes
+        return True
+
     @classmethod
     def load(cls, path: Path, default: int) -> SizeEstimator:
         try:
             data = json.loads(Path(path).read_text())
             copy_home = {k: float(v) for k, v in data.get("copy_home", {}).items()}
-            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()}, copy_home)
+            memory = {k: int(v) for k, v in data.get("memory", {}).items()}
+            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()}, copy_home, memory)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls(default)  # no history yet, or one we cannot read: start from the defaults
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds, "copy_home": self.copy_home}, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds, "copy_home": self.copy_home, "memory": self.memory}, indent=1, sort_keys=True))
         os.replace(tmp, path)
 
 

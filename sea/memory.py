@@ -10,7 +10,8 @@ before placing a directory on a RAM tier, and the adapters ask it before startin
 (:meth:`MemoryBudget.fits`).
 
 What is committed is the larger of two views: what Sea accounts for (the job's memory when the run
-started, the memory each running node reserves, every byte on RAM tiers) and what the cgroup is
+started, the memory each running node reserves: what it declares, or what its kind was measured to
+hold, :class:`JobPeak`, if more; every byte on RAM tiers) and what the cgroup is
 charged now (its processes' anonymous memory, tmpfs pages, dirty page cache not yet written back)
 plus the tier room reserved but not yet written. The first sees a node's memory before the node has
 grown to it; the second sees what Sea cannot (memory that is not the nodes', a node larger than
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -162,6 +164,47 @@ def offer_to_oom_killer() -> None:
             fh.write(str(OOM_SCORE_ADJ))
     except OSError:
         pass  # not Linux: nothing to raise
+
+
+class JobPeak:
+    """``with JobPeak() as peak:`` around one job in a worker process; then ``peak.bytes``, the most
+    memory the job held (``None`` where Linux's counters are missing). It is the process's own peak
+    (``VmHWM``, reset before the job through ``/proc/self/clear_refs``) plus that of the largest
+    child process the job waited for (a command-line tool), when it is larger than any child's
+    before in this process: the kernel keeps one maximum over a process's children, so a smaller
+    child is not seen, and the measure never exceeds what the job held.
+
+    >>> with JobPeak() as peak:
+    ...     held = bytearray(64 * 2**20)
+    >>> peak.bytes is None or peak.bytes >= 64 * 2**20
+    True
+    """
+
+    def __init__(self) -> None:
+        self.bytes: int | None = None
+        self._children = 0
+
+    def __enter__(self) -> JobPeak:
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")  # the peak resident set starts again from what is resident now
+        except OSError:
+            self._children = -1
+        else:
+            self._children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._children < 0:
+            return
+        try:
+            found = re.search(r"^VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+        except OSError:
+            return
+        if found is None:
+            return
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # kB on Linux
+        self.bytes = (int(found.group(1)) + (children if children > self._children else 0)) * 1024
 
 
 def is_ram_backed(path: Path) -> bool:

@@ -20,6 +20,7 @@ from .graph import WorkflowGraph
 
 Item = TypeVar("Item", bound=Hashable)
 UNKNOWN = (float("inf"),)  # the rank of a node the graph does not know (a MapNode's sub-node): last, in turn
+HELD_PER_ROUND = 16  # ready jobs an adapter holds back (SeaEngine.may_start) before it stops looking further down the queue
 
 
 def rank(key: str, graph: WorkflowGraph, input_rank: Callable[[str], int]) -> tuple:

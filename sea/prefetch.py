@@ -131,6 +131,11 @@ class Prefetcher:
                     if copy.future is None and not self._start(copy):
                         return  # no room within the budget: wait for copies to go
 
+    @property
+    def copying(self) -> bool:
+        """Copies are queued or being made: their ends will come (each calls ``on_copied``)."""
+        return bool(self._under_way)
+
     def pending(self, reader: str) -> bool:
         """Whether ``reader`` should wait to start: an input of it has no complete copy yet while
         copies are under way (its own, or those ahead of it: started now, it would read the shared

@@ -56,6 +56,7 @@ class MemoryReport:
     nodes_held: int  # ready nodes that waited because their memory did not fit
     spills: int  # directories a RAM tier had space for but not the job's memory: placed on the next tier
     oom_kills: int = 0  # processes of the job's cgroup the OOM killer took during the run
+    over_declared: int = 0  # kinds of node measured holding more memory than they declare (then reserved)
 
     def to_text(self) -> str:
         peak = max(self.peak_charged_bytes, self.peak_committed_bytes)
@@ -65,6 +66,7 @@ class MemoryReport:
             + (f"; {self.nodes_held} nodes waited for memory" if self.nodes_held else "")
             + (f"; {self.spills} directories placed past a RAM tier for want of memory" if self.spills else "")
             + (f"; the OOM killer killed {self.oom_kills} process(es)" if self.oom_kills else "")
+            + (f"; {self.over_declared} kind(s) of node held more than they declare, reserved since" if self.over_declared else "")
         )
 
 

@@ -213,12 +213,14 @@ class Run:
 
     # ---------------------------------------------------------------- memory (sea.memory)
     def node_memory(self, key: str) -> int:
-        """The memory node ``key`` declares; a MapNode's sub-node, its MapNode's."""
+        """The memory node ``key`` declares, or the most a node of its kind was measured to hold
+        (in this run or an earlier one), whichever is larger; a MapNode's sub-node, its MapNode's."""
         node = self.nodes.get(key)
-        if node is not None and node.part_of is None:
-            return node.spec.memory
-        owner = self.graph.owner(key)
-        return self.nodes[owner].spec.memory if owner in self.nodes else 0
+        if node is None or node.part_of is not None:
+            node = self.nodes.get(self.graph.owner(key))
+            if node is None:
+                return 0
+        return max(node.spec.memory, self.estimator.memory.get(node.spec.kind, 0))
 
     def reserve_memory(self, key: str) -> None:
         if self.hierarchy.memory is not None:

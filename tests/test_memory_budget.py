@@ -36,12 +36,8 @@ needs_cgroup = pytest.mark.skipif(writable_memory_cgroup() is not None, reason=w
 MiB = 2**20
 REPO = Path(__file__).resolve().parents[1]
 
-# A chain per input of nodes that each hold MIB MiB while they copy their input on (plus one byte).
-HUNGRY = r"""
-import sys
-from nipype import Function, Node, Workflow
-from nipype.interfaces.io import DataSink
-
+# A Function node's function that holds MIB MiB while it copies its input on (plus one byte).
+HUNGRY_FUNCTION = r"""
 def hungry(in_file, mib):
     import os
     import numpy as np
@@ -51,7 +47,15 @@ def hungry(in_file, mib):
     with open(out, "wb") as fh:
         fh.write(data + bytes([int(held[0])]))
     return out
+"""
 
+# A chain of two such nodes per input, declaring 0.01 GB each.
+HUNGRY = r"""
+import sys
+from nipype import Function, Node, Workflow
+from nipype.interfaces.io import DataSink
+
+""" + HUNGRY_FUNCTION + r"""
 base, out, plugin, sea, inputs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 wf = Workflow(name="hungry", base_dir=base)
 sink = Node(DataSink(base_directory=out, parameterization=False), name="sink")
@@ -69,6 +73,26 @@ for i, path in enumerate(inputs):
 wf.config["execution"]["poll_sleep_duration"] = 0.05
 args = {"n_procs": 2} if plugin == "MultiProc" else {"n_procs": 2, "sea": sea}
 wf.run(plugin=plugin, plugin_args=args)
+"""
+
+# One node of one kind per input ("Function:hungry", each in a workflow of its own), declaring 0.01 GB.
+HUNGRY_ONE_KIND = r"""
+import sys
+from nipype import Function, Node, Workflow
+from nipype.interfaces.io import DataSink
+
+""" + HUNGRY_FUNCTION + r"""
+base, out, plugin, sea, mib, inputs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6:]
+wf = Workflow(name="hungry", base_dir=base)
+sink = Node(DataSink(base_directory=out, parameterization=False), name="sink")
+for i, path in enumerate(inputs):
+    chain = Workflow(name=f"chain{i}")
+    node = Node(Function(input_names=["in_file", "mib"], output_names=["out_file"], function=hungry), name="hungry", mem_gb=0.01)
+    node.inputs.in_file, node.inputs.mib = path, mib
+    chain.add_nodes([node])
+    wf.connect(chain, "hungry.out_file", sink, f"chain{i}")
+wf.config["execution"]["poll_sleep_duration"] = 0.05
+wf.run(plugin=plugin, plugin_args={"n_procs": 2} if plugin == "MultiProc" else {"n_procs": 2, "sea": sea})
 """
 
 # The same chains under Pydra: one nested workflow per input, split over them; prints each output's digest.
@@ -101,9 +125,9 @@ def Chains(in_files: list[File], mib: int) -> list[File]:
     chain = workflow.add(Chain(mib=mib).split(in_file=in_files).combine("in_file"), name="chain")
     return chain.out
 
-cache, worker, sea, inputs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+cache, worker, sea, mib, inputs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
 with Submitter(worker=worker, cache_root=cache, n_procs=2, **({"sea": sea} if worker == "sea" else {})) as sub:
-    result = sub(Chains(in_files=inputs, mib=150))
+    result = sub(Chains(in_files=inputs, mib=mib))
 if result.errored:
     sys.exit(f"errored: {result.errors}")
 for path in result.outputs.outs:
@@ -120,6 +144,14 @@ def shared(tmp_path):
         config = tmp_path / "sea.yml"
         config.write_text(f"tiers:\n  - path: /dev/shm\n  - path: {local}\nprogress: off\n")
         yield fs.path, config
+
+
+def three_inputs(root: Path) -> list[str]:
+    """Three 1 MiB input files on the shared filesystem."""
+    (root / "data").mkdir(exist_ok=True)
+    for i in range(3):
+        (root / "data" / f"in{i}.bin").write_bytes(bytes([i]) * MiB)
+    return [str(root / "data" / f"in{i}.bin") for i in range(3)]
 
 
 def run_in_cgroup(limit: int, cmd: list[str], timeout: float = 240) -> tuple[subprocess.CompletedProcess, int]:
@@ -165,12 +197,7 @@ def test_incrementation_completes_in_a_memory_cgroup(shared, tmp_path):
 @needs_cgroup
 def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
     root, config = shared
-    inputs = []
-    for i in range(3):
-        path = root / "data" / f"in{i}.bin"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(bytes([i]) * MiB)
-        inputs.append(str(path))
+    inputs = three_inputs(root)
     script = tmp_path / "hungry.py"
     script.write_text(HUNGRY)
     reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), str(tmp_path / "ref-out"), "MultiProc", "", *inputs], cwd=REPO, capture_output=True, text=True)
@@ -187,22 +214,46 @@ def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
 
 
 @needs_cgroup
-def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
-    """Pydra's cf loses the whole run there (its broken pool fails every job in it); SeaWorker replaces
-    the pool once its processes are gone, runs the jobs that were in it again, one at a time."""
+def test_memory_a_node_was_measured_to_hold_is_reserved_for_its_kind_in_the_next_run(shared, tmp_path):
+    """Nodes declaring 0.01 GB hold 150 MiB. The first run starts two at once (and mostly loses a
+    worker to the OOM killer, and runs its node again); Sea measures what each node held in its
+    process and keeps it per kind in the history. The next run (a changed input: every node runs
+    again) reserves that for each node, so the second waits for the first instead of starting
+    beside it: no OOM kill. Without the measure the second run is the first again (no node waits)."""
     root, config = shared
-    inputs = []
-    for i in range(3):
-        path = root / "data" / f"in{i}.bin"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(bytes([i]) * MiB)
-        inputs.append(str(path))
-    script = tmp_path / "hungry_pydra.py"
-    script.write_text(HUNGRY_PYDRA)
-    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), "cf", "", *inputs], cwd=REPO, capture_output=True, text=True)
+    inputs = three_inputs(root)
+    script = tmp_path / "hungry_one_kind.py"
+    script.write_text(HUNGRY_ONE_KIND)
+    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), str(tmp_path / "ref-out"), "MultiProc", "", "150", *inputs], cwd=REPO, capture_output=True, text=True)
     assert reference.returncode == 0, reference.stderr[-3000:]
 
-    done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), *inputs])
+    runs = []
+    for mib in (150, 151):  # the second run: a changed input, so every node runs again
+        done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), str(root / "out"), "SeaMultiProc", str(config), str(mib), *inputs])
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert tree_files(root / "out") == tree_files(tmp_path / "ref-out")
+        runs.append((done, oom_kills, RunReport.from_json(root / "work" / "sea-report.json")))
+    (first, _, _), (second, second_kills, report) = runs
+    assert "more than the 10.2 MiB it declares" in first.stderr, first.stderr[-3000:]
+    learned = json.loads((root / "work" / ".sea" / "history.json").read_text())["memory"]
+    assert learned["Function:hungry"] >= 150 * MiB
+    assert second_kills == 0 and report.lost_worker_retries == 0, second.stderr[-3000:]
+    assert report.nodes_run == 4 and report.memory.nodes_held >= 1  # the 3 nodes and the sink ran; one waited for memory
+
+
+@needs_cgroup
+def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
+    """Pydra's cf loses the whole run there (its broken pool fails every job in it); SeaWorker replaces
+    the pool once its processes are gone, runs the jobs that were in it again, one at a time. A
+    Pydra task declares no memory: the next run holds jobs back by what they were measured to hold."""
+    root, config = shared
+    inputs = three_inputs(root)
+    script = tmp_path / "hungry_pydra.py"
+    script.write_text(HUNGRY_PYDRA)
+    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), "cf", "", "150", *inputs], cwd=REPO, capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+
+    done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), "150", *inputs])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
     assert done.stdout.split() == reference.stdout.split() and len(done.stdout.split()) == 3
@@ -210,6 +261,43 @@ def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
     assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
     assert report.memory.oom_kills == oom_kills
     assert "lost its worker process" in done.stderr
+
+    # the next run (every job runs again): the memory its jobs were measured to hold is reserved,
+    # so the second job of a kind waits for the first instead of starting beside it
+    again, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), "151", *inputs])
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert again.stdout.split() == reference.stdout.split()
+    report = RunReport.from_json(root / "work" / "sea-report.json")
+    assert oom_kills == 0 and report.lost_worker_retries == 0, again.stderr[-3000:]
+    assert report.nodes_run == 6 and report.memory.nodes_held >= 1
+
+
+def test_a_jobs_peak_is_its_own_and_its_largest_childs(tmp_path):
+    """JobPeak, in a process of its own as a worker is: what the job itself held (not what the
+    process held before it), and what a command-line child held; the history keeps it per kind."""
+    code = r"""
+import subprocess, sys
+from sea.memory import JobPeak
+before = b"x" * (300 * 2**20)  # held (every page written), then freed, before the job: not the job's
+del before
+with JobPeak() as own:
+    held = b"y" * (100 * 2**20)
+del held
+with JobPeak() as child:
+    subprocess.run([sys.executable, "-c", "b = b'z' * (200 * 2**20)"], check=True)
+print(own.bytes, child.bytes)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    own, child = (int(v) for v in done.stdout.split())
+    assert 100 * MiB <= own < 300 * MiB
+    assert child >= 200 * MiB
+
+    from sea.estimate import SizeEstimator
+
+    history = SizeEstimator(default=1)
+    assert history.learn_memory("Function:hungry", own) and not history.learn_memory("Function:hungry", own - 1)
+    history.save(tmp_path / "history.json")
+    assert SizeEstimator.load(tmp_path / "history.json", 1).memory == {"Function:hungry": own}
 
 
 def test_cgroup_v2_and_hybrid_layouts_are_read(tmp_path):

@@ -64,6 +64,9 @@ LOOP_STEPS = {
     ],
     "DistributedPluginBase._submit_mapnode": ["get_subnodes()", "self.mapnodesubids[", "self.depidx[-numnodes:, jobid] = 1"],
     "DistributedPluginBase._clean_queue": ['"stop_on_first_crash"', "self.mapnodesubids", "self._remove_node_deps(jobid, crashfile, graph)"],
+    # ours submits run_measured, a run_node that also measures the node's memory
+    "MultiProcPlugin._submit_job": ["self._taskid += 1", '"terminal_output"', "self.pool.submit(run_node, node, updatehash, self._taskid)",
+                                    "add_done_callback(self._async_callback)", "self._task_obj[self._taskid]", "return self._taskid"],
 }
 
 
