@@ -97,7 +97,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.shutdown_pool()
             raise
         self._graph = graph
-        if self.engine.prefetcher is not None:  # the raw data each node names itself
+        if self.engine.prefetching:  # the raw data each node names itself
             for node in graph.nodes():
                 self.engine.expect_reads(self._node_key(node), nx_.unconnected_input_files(node))
         success = False
@@ -187,6 +187,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         return self.engine.concurrency_cap
 
     def rerun_lost(self, node) -> bool:
+        if self.stop_request.signum is not None:  # a stop signal to the process group took its process: the run stops
+            return False
         return self.engine.worker_lost(self._node_key(node), running=len(self.pending_tasks))
 
     def retry_node(self, node, traceback_text: str) -> bool:
@@ -209,7 +211,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         copies = self._copies.pop(key, {})
         if copies:  # before its consumers read its outputs, and before the copies go
             nx_.restore_originals(self._physical_dir(nx_.logical_dir(node)) or nx_.logical_dir(node), copies)
-        if self.engine.prefetcher is not None and not self.engine.is_skipped(key):
+        if self.engine.prefetching and not self.engine.is_skipped(key):
             self._expect_reads_after(node, key)
         if self.engine.is_skipped(key):
             self.engine.node_skipped(key)

@@ -332,7 +332,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         # Pydra hands over every runnable job at once: place one only when a process is free for
         # it, so tier room is reserved by jobs that run, not by jobs waiting in the pool's queue;
         # which waiting job gets a free process is the core's choice (locality, then depth)
-        if engine.prefetcher is not None:  # its input files on the shared filesystem, copied ahead
+        if engine.prefetching:  # its input files on the shared filesystem, copied ahead
             engine.expect_reads(key, [str(p) for p in px_.input_files(job)])
         async with self._slots.one_for(key):
             result = await self._run_prefetched(job, key, rerun)
@@ -354,7 +354,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         """Run the job on the copies prefetch made of its input files, if any; its task and its
         saved result name the originals again afterwards (a copy goes after its last reader)."""
         engine = self.engine
-        if engine.prefetcher is None:
+        if not engine.prefetching:  # off, or auto found it does not pay: no copy was made
             return await self._run_placed(job, key, rerun)
         with self._watching():
             copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy

@@ -534,10 +534,16 @@ class SeaEngine:
             return self.placer.place_replica(key, size)
 
     # ---------------------------------------------------------------- prefetch (sea.prefetch)
+    @property
+    def prefetching(self) -> bool:
+        """Prefetch may still copy (on, or ``auto`` not decided yet): the adapters skip the work of
+        telling it what nodes read, and of asking for copies, once it is not."""
+        return self.prefetcher is not None and self.prefetcher.active
+
     def expect_reads(self, key: str, paths: list[str]) -> None:
         """Node ``key`` will read these files: those on the shared filesystem (not in the home, not
         on a tier) are copied to a fast tier ahead of it when prefetch is on."""
-        if self.prefetcher is None:
+        if not self.prefetching:
             return
         shared = [Path(p) for p in paths if self.run.is_shared_input(Path(p))]
         if shared:

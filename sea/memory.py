@@ -168,11 +168,12 @@ def offer_to_oom_killer() -> None:
 
 class JobPeak:
     """``with JobPeak() as peak:`` around one job in a worker process; then ``peak.bytes``, the most
-    memory the job held (``None`` where Linux's counters are missing). It is the process's own peak
-    (``VmHWM``, reset before the job through ``/proc/self/clear_refs``) plus that of the largest
-    child process the job waited for (a command-line tool), when it is larger than any child's
-    before in this process: the kernel keeps one maximum over a process's children, so a smaller
-    child is not seen, and the measure never exceeds what the job held.
+    memory the process held while the job ran (``None`` where Linux's counters are missing): its
+    own peak (``VmHWM``, reset before the job through ``/proc/self/clear_refs``, so from what it
+    held then, the interpreter and what earlier jobs left), plus that of the largest child process
+    the job waited for (a command-line tool) when it is larger than any child's before in this
+    process. The kernel keeps one maximum over a process's children: a job whose tool is smaller
+    than an earlier job's is measured short of it, never past what it held.
 
     >>> with JobPeak() as peak:
     ...     held = bytearray(64 * 2**20)

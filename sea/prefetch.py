@@ -15,13 +15,15 @@ not started yet is dropped: the reader reads the shared filesystem, as without p
 goes once every reader registered for it finished.
 
 With ``enabled: auto`` (the default) prefetch first proves that it pays: reading the shared
-filesystem must be clearly slower than reading the tier. Until then files smaller than
-:data:`MEASURED_BYTES` are not copied (their readers read them where they are: a workflow of small
-inputs runs as without prefetch). The first copy of at least :data:`MEASURED_BYTES` is timed, then
-copied again within its tier (the same steps: the same fixed costs per file); if the first took less
-than :data:`PAYS_FROM` times the second, the copies not started are dropped and no more are made (a
-reader reads its files where they are). Reading the copy back instead measured 5.4x for a 4 MiB
-file on the local disk in a CI run, where a copy's fixed costs weigh against a read's.
+filesystem must be clearly slower than reading the tier. Before any copy, the first input file of
+at least :data:`MEASURED_BYTES` has its first :data:`PROBE_BYTES` copied to the tier, then that copy
+copied again within the tier (the same steps: the same fixed costs per file); if the first took less
+than :data:`PAYS_FROM` times the second, no copy is made (a reader reads its files where they are).
+Until then files under :data:`MEASURED_BYTES` are read where they are, and the readers that wait for
+the measure wait milliseconds on a fast filesystem. Reading a copy back instead measured 5.4x for a
+4 MiB file on the local disk in a CI run, where a copy's fixed costs weigh against a read's; timing
+the first whole copy instead held the first readers for it and cost 10% of a 1.3 s run on the local
+disk.
 
 A copy keeps its file's name (tools name their outputs after their inputs), in a directory of its
 own per source file, with the file's companions: the smaller files next to it with the same stem
@@ -38,6 +40,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,8 +55,8 @@ logger = logging.getLogger("sea")
 
 PREFETCH_DIR = ".prefetch"
 PAYS_FROM = 4.0  # enabled: auto keeps prefetching when a copy takes at least this many times copying it within the tier
-MEASURED_BYTES = 2**20  # ... measured on the first copy at least this large (smaller ones: latency more than bandwidth)
-MEASURED_AT_MOST = 64 * 2**20  # ... copied again within the tier up to this much (a 4 GiB image is not copied twice)
+MEASURED_BYTES = 2**20  # ... measured on the first input file at least this large (smaller ones: latency more than bandwidth)
+PROBE_BYTES = 4 * 2**20  # ... on its first this many bytes
 
 
 @dataclass
@@ -96,6 +99,7 @@ class Prefetcher:
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sea-prefetch"))
     _closed: bool = False
     _pays: bool | None = None  # None: enabled: auto, not measured yet
+    _probe: Future | None = None  # enabled: auto: the measure under way (see _measure)
 
     def __post_init__(self) -> None:
         if self.spec.enabled is True:
@@ -120,21 +124,32 @@ class Prefetcher:
         self.advance()
 
     def advance(self) -> None:
-        """Start the copies for the next ``lookahead`` readers that have not started."""
+        """Start the copies for the next ``lookahead`` readers that have not started (with
+        ``enabled: auto``, not measured yet: the measure instead, on the first file large enough)."""
         with self._lock:
-            if self._closed or self._pays is False:
+            if self._closed or self._pays is False or self._probe is not None:
                 return
             waiting = [r for r in self._files if r not in self._started]
             for reader in self.order(waiting)[: self.spec.lookahead]:
                 for source in self._files[reader]:
                     copy = self._copies[source]
-                    if copy.future is None and not self._start(copy):
+                    if copy.future is not None:
+                        continue
+                    if self._pays is None:
+                        if self._start_measure(copy):
+                            return  # no copy until it says prefetch pays
+                    elif not self._start(copy):
                         return  # no room within the budget: wait for copies to go
+
+    @property
+    def active(self) -> bool:
+        """It may still copy: on, or ``auto`` not decided yet (stopped, it never copied: see :meth:`_measure`)."""
+        return not self._closed and self._pays is not False
 
     @property
     def copying(self) -> bool:
         """Copies are queued or being made: their ends will come (each calls ``on_copied``)."""
-        return bool(self._under_way)
+        return bool(self._under_way) or self._probe is not None
 
     def pending(self, reader: str) -> bool:
         """Whether ``reader`` should wait to start: an input of it has no complete copy yet while
@@ -147,10 +162,13 @@ class Prefetcher:
             copies = [self._copies.get(source) for source in self._files.get(reader, ())]
             if all(copy is not None and (copy.ok or copy.skipped) for copy in copies):
                 return False
-            return bool(self._under_way)
+            return bool(self._under_way) or self._probe is not None
 
     def copies_for(self, reader: str) -> dict[str, str]:
         """``reader`` starts now: source path -> its complete copy, for the inputs that have one."""
+        probe = self._probe
+        if probe is not None:  # a few MiB: then the reader gets a copy if prefetch pays
+            futures_wait([probe])
         with self._lock:
             self._started.add(reader)
             sources = list(self._files.get(reader, []))
@@ -204,10 +222,6 @@ class Prefetcher:
             copy.future = _finished_future()
             copy.done = True
             return True
-        if self._pays is None and size < MEASURED_BYTES:  # auto, not measured: a small file is read where it is
-            copy.future = _finished_future()
-            copy.done = copy.skipped = True
-            return True
         tier = self._tier_for(size)
         if tier is None:
             return False
@@ -231,11 +245,7 @@ class Prefetcher:
         try:
             for source in companions:
                 atomic_copy(source, copy.target.parent / source.name)
-            start = time.perf_counter()
             atomic_copy(copy.source, copy.target)
-            seconds = time.perf_counter() - start
-            if self._pays is None and copy.size >= MEASURED_BYTES:
-                self._measure(copy.target, seconds / copy.target.stat().st_size)
         except OSError as exc:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
@@ -254,37 +264,60 @@ class Prefetcher:
                 self._drop(copy)
         self.on_copied()
 
-    def _measure(self, target: Path, per_byte: float) -> None:
-        """``enabled: auto``: keep prefetching only if copying ``target`` from the shared filesystem
-        took :data:`PAYS_FROM` times (``per_byte`` seconds) copying it again within its tier: the
-        same steps, so the same fixed costs (see the module's docstring), or for a file larger than
-        :data:`MEASURED_AT_MOST`, that much of it, whose bytes outweigh the fixed costs."""
-        again = target.with_name(f"{target.name}.sea-measure")
-        start = time.perf_counter()
+    def _start_measure(self, copy: _Copy) -> bool:
+        """``enabled: auto``, not measured yet: a file under :data:`MEASURED_BYTES` is read where it
+        is (marked skipped: no copy, and its reader does not wait); the first one large enough is
+        measured (:meth:`_measure`) before any copy. True once the measure started."""
         try:
-            copied = atomic_copy(target, again) if target.stat().st_size <= MEASURED_AT_MOST else _copy_start(target, again, MEASURED_AT_MOST)
-        except OSError:  # gone meanwhile (its readers finished): the next copy is measured
-            return
+            size = copy.source.stat().st_size
+        except OSError:  # gone, or unreadable: the reader will say so
+            size = 0
+        if size < MEASURED_BYTES:
+            copy.future = _finished_future()
+            copy.done = copy.skipped = True
+            return False
+        nbytes = min(size, PROBE_BYTES)
+        tier = self._tier_for(2 * nbytes)
+        if tier is None:
+            return False  # no room for it now: asked again as copies go
+        self._probe = self._pool.submit(self._measure, copy.source, tier, nbytes)
+        return True
+
+    def _measure(self, source: Path, tier: Tier, nbytes: int) -> None:
+        """Copy the first ``nbytes`` of ``source`` from the shared filesystem to ``tier``, then that
+        copy again within the tier (the same steps, so the same fixed costs: see the module's
+        docstring), and keep prefetching only if the first took :data:`PAYS_FROM` times the second.
+        A few MiB: the readers held meanwhile wait milliseconds on a fast filesystem."""
+        directory = tier.workdir / PREFETCH_DIR
+        first, again = directory / f".sea-measure-{os.getpid()}", directory / f".sea-measure-{os.getpid()}-again"
+        slowdown = None
+        try:
+            directory.mkdir(exist_ok=True)
+            start = time.perf_counter()
+            copied = _copy_start(source, first, nbytes)
+            middle = time.perf_counter()
+            _copy_start(first, again, copied)
+            slowdown = (middle - start) / max(time.perf_counter() - middle, 1e-6)
+        except OSError as exc:  # the tier or the file: prefetch stops, as where it does not pay
+            logger.warning("[Sea] prefetch (auto) could not measure the shared filesystem (%s); it stops", exc)
         finally:
-            again.unlink(missing_ok=True)
-        slowdown = per_byte * copied / max(time.perf_counter() - start, 1e-6)
+            for path in (first, again):
+                path.unlink(missing_ok=True)
         with self._lock:
-            if self._pays is not None:  # the other thread measured first
-                return
+            self.hierarchy.release(tier, reserved=2 * nbytes)
+            self._held[tier.name] -= 2 * nbytes
             self.stats.slowdown = slowdown
-            self._pays = slowdown >= PAYS_FROM
-            if self._pays:
-                return
-            self.stats.stopped = True
-            for copy in self._copies.values():  # those not started: their readers read the originals
-                if copy.future is not None and not copy.done and copy.future.cancel():
-                    copy.done = True
-                    self._under_way.discard(copy.source)
-                    self._release(copy)
-        logger.info(
-            "[Sea] prefetch (auto) stops: a copy from the shared filesystem took %.1fx a copy within the tier, it pays from %gx",
-            slowdown, PAYS_FROM,
-        )  # fmt: skip
+            self._pays = slowdown is not None and slowdown >= PAYS_FROM
+            self.stats.stopped = not self._pays
+            self._probe = None
+        if self._pays:
+            self.advance()
+        else:
+            logger.info(
+                "[Sea] prefetch (auto) stops: a copy from the shared filesystem took %.1fx a copy within the tier, it pays from %gx",
+                slowdown or 0.0, PAYS_FROM,
+            )  # fmt: skip
+        self.on_copied()
 
     def _release(self, copy: _Copy) -> None:
         """Give back the tier room ``copy`` held, removing what it wrote."""
