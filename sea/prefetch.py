@@ -22,7 +22,7 @@ than :data:`PAYS_FROM` times the second, no copy is made (a reader reads its fil
 Until then files under :data:`MEASURED_BYTES` are read where they are, and the readers that wait for
 the measure wait milliseconds on a fast filesystem. Reading a copy back instead measured 5.4x for a
 4 MiB file on the local disk in a CI run, where a copy's fixed costs weigh against a read's; timing
-the first whole copy instead held the first readers for it and cost 10% of a 1.3 s run on the local
+the first whole copy instead held the first readers for it and cost 7 to 9% of a run on the local
 disk.
 
 A copy keeps its file's name (tools name their outputs after their inputs), in a directory of its

@@ -210,7 +210,7 @@ class RunReport:
             lines.append(
                 f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
                 f"read from the copy {self.prefetch_hits} times, from the shared filesystem {self.prefetch_misses}"
-                + (f"; stopped (auto): a copy took {self.prefetch_slowdown:.1f}x one within the tier" if self.prefetch_stopped else "")
+                + (f"; stopped (auto): {_measured(self.prefetch_slowdown)}" if self.prefetch_stopped else "")
             )
         if self.checkpoint_mode:
             lines.append(
@@ -310,3 +310,10 @@ def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
     merged.tiers += [t for t in reports[0].tiers if t.name.startswith("home:")][:1] if reports else []
     merged.workers = [WorkerReport(r.worker, r.nodes_run, r.with_inputs_held, r.local_hits, r.bytes_received) for r in sorted(rows, key=lambda r: r.worker)]
     return merged
+
+
+def _measured(slowdown: float | None) -> str:
+    """What stopped ``prefetch: auto``: its measure, or that the measure failed (the log says why)."""
+    if slowdown is None:
+        return "the shared filesystem could not be measured"
+    return f"a copy took {slowdown:.1f}x one within the tier"

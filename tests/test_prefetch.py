@@ -194,6 +194,14 @@ def test_auto_is_the_default_and_reads_small_files_where_they_are_until_prefetch
     assert hierarchy.fast_tiers[0].reserved == 0
 
 
+def test_the_report_says_when_auto_could_not_measure(tmp_path):
+    from sea.report import RunReport
+
+    text = RunReport(prefetch_misses=2, prefetch_stopped=True, prefetch_slowdown=None).to_text()
+    assert "stopped (auto): the shared filesystem could not be measured" in text
+    assert "a copy took 0.8x" in RunReport(prefetch_misses=2, prefetch_stopped=True, prefetch_slowdown=0.8).to_text()
+
+
 def _hash_files(home: Path) -> list[str]:
     """The hash files of the grabbers and of the nodes reading the raw data. (Downstream nodes'
     hashes name their producers' directories on the tier, whose names differ from run to run,
