@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 HUNGRY_FUNCTION = r"""
 def hungry(in_file, mib):
     import os
+    import time
     import numpy as np
     held = np.ones(int(mib * 2**20) // 8)  # every page touched: resident
+    time.sleep(0.5)  # held a while: two nodes started together surely overlap
     data = open(in_file, "rb").read()
     out = os.path.abspath("out.bin")
     with open(out, "wb") as fh:
@@ -106,8 +108,10 @@ from pydra.engine.submitter import Submitter
 @python.define(outputs=["out"])
 def Hungry(in_file: File, mib: int) -> File:
     import os
+    import time
     import numpy as np
     held = np.ones(int(mib * 2**20) // 8)  # every page touched: resident
+    time.sleep(0.5)  # held a while: two jobs started together surely overlap
     data = open(in_file, "rb").read()
     out = os.path.abspath("out.bin")
     with open(out, "wb") as fh:
