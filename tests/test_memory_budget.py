@@ -104,19 +104,10 @@ import sys
 from fileformats.generic import File
 from pydra.compose import python, workflow
 from pydra.engine.submitter import Submitter
-
+""" + HUNGRY_FUNCTION + r"""
 @python.define(outputs=["out"])
 def Hungry(in_file: File, mib: int) -> File:
-    import os
-    import time
-    import numpy as np
-    held = np.ones(int(mib * 2**20) // 8)  # every page touched: resident
-    time.sleep(0.5)  # held a while: two jobs started together surely overlap
-    data = open(in_file, "rb").read()
-    out = os.path.abspath("out.bin")
-    with open(out, "wb") as fh:
-        fh.write(data + bytes([int(held[0])]))
-    return File(out)
+    return File(hungry(str(in_file), mib))
 
 @workflow.define(outputs=["out"])
 def Chain(in_file: File, mib: int) -> File:
