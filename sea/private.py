@@ -8,6 +8,10 @@ can be outside the directory it created, whatever was planted or renamed meanwhi
 checked against the descriptor (``st_dev``/``st_ino``) before nodes are sent into it, so a directory
 swapped under it is refused, never followed.
 
+Several threads use it at once (a Dask worker's event loop ends the run while a task's thread
+removes what its node wrote): every use of the descriptor holds the directory's lock, so that none
+goes through a descriptor another thread closed, whose number may already be another file's.
+
 >>> import tempfile, pathlib
 >>> root = pathlib.Path(tempfile.mkdtemp())
 >>> private = PrivateDir.create(root, owner="1 host /home")
@@ -24,6 +28,7 @@ import json
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 from .console import SeaError
@@ -46,24 +51,26 @@ class PrivateDir:
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
         self.removed = False
+        self.lock = threading.RLock()  # held by every use of fd (see the module)
 
     def reopen(self) -> bool:
         """Hold the directory again after :meth:`close` (something kept there may still be removed
         later): ``False`` if it is gone or removed, :class:`SeaTierSwapped` if it is another one."""
-        if not self.closed:
+        with self.lock:
+            if not self.closed:
+                return True
+            if self.removed:
+                return False
+            try:
+                fd = os.open(self.path, _OPEN_DIR)
+            except OSError:
+                return False
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.identity:
+                os.close(fd)
+                raise SeaTierSwapped(f"Sea's directory {str(self.path)!r} was replaced by another; Sea stops rather than follow it")
+            self.fd = fd
             return True
-        if self.removed:
-            return False
-        try:
-            fd = os.open(self.path, _OPEN_DIR)
-        except OSError:
-            return False
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != self.identity:
-            os.close(fd)
-            raise SeaTierSwapped(f"Sea's directory {str(self.path)!r} was replaced by another; Sea stops rather than follow it")
-        self.fd = fd
-        return True
 
     @classmethod
     def create(cls, root: Path, owner: str) -> PrivateDir:
@@ -114,9 +121,10 @@ class PrivateDir:
         parts = Path(path).relative_to(self.path).parts
         if not parts:
             raise ValueError("remove_all() removes the directory itself")
-        if not self.reopen():
-            return  # removed whole already, or gone
-        fd = os.dup(self.fd)
+        with self.lock:
+            if not self.reopen():
+                return  # removed whole already, or gone
+            fd = os.dup(self.fd)  # this walk's own: the directory may be closed meanwhile
         try:
             for part in parts[:-1]:
                 inner = os.open(part, _OPEN_DIR, dir_fd=fd)
@@ -130,24 +138,29 @@ class PrivateDir:
 
     def remove_all(self) -> None:
         """Remove everything inside, then the directory itself (if it is still ours), and let go of it."""
-        if not self.reopen():
-            return
-        for name in os.listdir(self.fd):
-            _remove_at(self.fd, name)
-        try:
-            self.check()
-            os.rmdir(self.path)
-            self.removed = True
-        except FileNotFoundError:
-            self.removed = True
-        except (SeaTierSwapped, OSError):
-            pass  # swapped, or written to meanwhile (a node still running): reopened if removed again later
-        self.close()
+        with self.lock:
+            if not self.reopen():
+                return
+            for name in os.listdir(self.fd):
+                try:
+                    _remove_at(self.fd, name)
+                except OSError:
+                    pass  # written to meanwhile (a node still running): left, as remove() leaves it
+            try:
+                self.check()
+                os.rmdir(self.path)
+                self.removed = True
+            except FileNotFoundError:
+                self.removed = True
+            except (SeaTierSwapped, OSError):
+                pass  # swapped, or written to meanwhile: reopened if removed again later
+            self.close()
 
     def mark_kept(self, record: dict) -> None:
         """Say, in the directory itself, that what is left in it is kept on purpose (a flush that
         failed, a ``keep`` rule): no later run removes it, ``sea recover`` brings it home."""
-        made = os.open(KEPT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
+        with self.lock:
+            made = os.open(KEPT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
         with os.fdopen(made, "w") as f:
             json.dump(record, f, indent=1)
             f.flush()
@@ -156,7 +169,8 @@ class PrivateDir:
     def files(self) -> list[str]:
         """Every file left inside (relative paths), the owner file aside, read through the descriptor."""
         found: list[str] = []
-        _walk_at(self.fd, "", found)
+        with self.lock:
+            _walk_at(self.fd, "", found)
         return [f for f in found if f not in (OWNER_FILE, KEPT_FILE)]
 
     @property
@@ -164,9 +178,10 @@ class PrivateDir:
         return self.fd < 0
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with self.lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 def _remove_at(dir_fd: int, name: str) -> None:

@@ -173,22 +173,27 @@ class StorageHierarchy:
         leaves what a rule keeps) and returned."""
         kept = kept or {}
         marked = []
-        for tier in self.fast_tiers:
-            if not tier.private.reopen():
-                continue  # removed by an earlier close, or gone
-            leftovers = tier.private.files()
-            if not leftovers:
-                tier.private.remove_all()
-                continue
-            copies = [{"from": str(src.relative_to(tier.workdir)), "to": str(dst)} for src, dst in kept.items() if tier.private.contains(src)]
-            rule = [str(d.relative_to(tier.workdir)) for d in by_rule if tier.private.contains(d)]
-            tier.private.mark_kept({"home": str(self.home.root), "reason": reason or "kept by a rule", "copies": copies, "rule": rule})
-            logger.warning(
-                "[Sea] %d file(s) kept in %s (%s)%s", len(leftovers), tier.workdir, reason or "by a rule",
-                f"; `sea recover {tier.workdir}` brings them home" if copies else "",
-            )
-            marked.append(tier.workdir)
-            tier.private.close()  # let go of it; reopened (and checked) if something there is removed later
+        with self.lock:  # the run's end, and a Dask task whose node ran on past it, may close at once
+            for tier in self.fast_tiers:
+                if not tier.private.reopen():
+                    continue  # removed by an earlier close, or gone
+                leftovers = tier.private.files()
+                if not leftovers:
+                    tier.private.remove_all()
+                    continue
+                copies = [{"from": str(src.relative_to(tier.workdir)), "to": str(dst)} for src, dst in kept.items() if tier.private.contains(src)]
+                rule = [str(d.relative_to(tier.workdir)) for d in by_rule if tier.private.contains(d)]
+                if not copies and not rule:  # a node still running (a Dask task the client could not stop) wrote them
+                    logger.info("[Sea] %d file(s) in %s were written after the run ended: removed when their node ends", len(leftovers), tier.workdir)
+                    tier.private.close()  # that node's task removes them and the directory (or the next run, once this process is gone)
+                    continue
+                tier.private.mark_kept({"home": str(self.home.root), "reason": reason or "kept by a rule", "copies": copies, "rule": rule})
+                logger.warning(
+                    "[Sea] %d file(s) kept in %s (%s)%s", len(leftovers), tier.workdir, reason or "by a rule",
+                    f"; `sea recover {tier.workdir}` brings them home" if copies else "",
+                )
+                marked.append(tier.workdir)
+                tier.private.close()  # let go of it; reopened (and checked) if something there is removed later
         return marked
 
     def check(self, tier: Tier) -> None:

@@ -160,8 +160,10 @@ def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluste
     took = time.monotonic() - stopped_at
     assert proc.returncode != 0, "a stopped run reported success"
     assert [p for p in root.rglob(f"*{TMP_MARK}*")] == [], "a copy was left half-done"
+    assert (root / "work" / "sea-report.json").exists(), f"no report after the stop (exit {proc.returncode}):\n{output.decode()[-3000:]}"
     report = RunReport.from_json(root / "work" / "sea-report.json")
     assert report.interrupted and not report.success, output.decode()[-2000:]
+    assert report.kept_dirs == [], "a node still running on its worker had its files reported as kept on purpose"
     journals = list((root / "work" / ".sea").glob("journal-*.jsonl"))
     assert journals and all('"interrupted"' in j.read_text() for j in journals), "a worker's journal does not record the stop"
     # a node running when the driver stopped runs on to its end on its worker (Dask cannot stop a
