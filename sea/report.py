@@ -79,6 +79,7 @@ class WorkerReport:
     inputs_held: int  # nodes run here whose inputs some worker held (sources and inputs in the home aside)
     local_hits: int  # ... of which every such input was on this worker already
     bytes_received: int  # node directories copied here from other workers
+    memory: MemoryReport | None = None  # its machine's memory, when its tiers include a RAM tier
 
     @property
     def local_hit_rate(self) -> float:
@@ -155,7 +156,7 @@ class RunReport:
     def from_json(cls, path: Path) -> RunReport:
         data = json.loads(Path(path).read_text())
         data["tiers"] = [TierReport(**t) for t in data.get("tiers", [])]
-        data["workers"] = [WorkerReport(**w) for w in data.get("workers", [])]
+        data["workers"] = [WorkerReport(**{**w, "memory": MemoryReport(**w["memory"]) if w.get("memory") else None}) for w in data.get("workers", [])]
         data["memory"] = MemoryReport(**data["memory"]) if data.get("memory") else None
         return cls(**{k: v for k, v in data.items() if k in _FIELDS})  # a newer Sea's report: what this one knows
 
@@ -231,6 +232,9 @@ class RunReport:
             lines.append(f"  {'worker':<34} {'nodes':>6} {'local inputs':>13} {'received':>10}")
         for w in self.workers:
             lines.append(f"  {ellipsis(w.worker, 34):<34} {w.nodes_run:>6} {w.local_hit_rate:>12.1%} {format_size(w.bytes_received):>10}")
+        for w in self.workers:
+            if w.memory is not None:
+                lines.append(f"  {w.worker}'s" + w.memory.to_text()[1:])
         for error in self.flush_errors:
             lines.append(f"  FLUSH ERROR: {error}")
         for kept in self.kept_dirs:
@@ -308,7 +312,8 @@ def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
             merged.rerun_worst_seconds, merged.rerun_worst_node = report.rerun_worst_seconds, report.rerun_worst_node
         merged.tiers += [t for t in report.tiers if not t.name.startswith("home:")]
     merged.tiers += [t for t in reports[0].tiers if t.name.startswith("home:")][:1] if reports else []
-    merged.workers = [WorkerReport(r.worker, r.nodes_run, r.with_inputs_held, r.local_hits, r.bytes_received) for r in sorted(rows, key=lambda r: r.worker)]
+    memory = {worker: report.memory for worker, report in parts}
+    merged.workers = [WorkerReport(r.worker, r.nodes_run, r.with_inputs_held, r.local_hits, r.bytes_received, memory.get(r.worker)) for r in sorted(rows, key=lambda r: r.worker)]
     return merged
 
 

@@ -53,6 +53,9 @@ def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, cap
     assert report.success and len(report.workers) == 3, report.to_text()
     assert all(w.nodes_run > 0 for w in report.workers), report.to_text()
     assert report.local_hit_rate >= 0.95, report.to_text()
+    # each worker's tier is RAM (a tmpfs, /dev/shm): its machine's memory is in the report, by worker
+    assert all(w.memory is not None and w.memory.limit_bytes > 0 for w in report.workers), report.to_text()
+    assert all(f"  {w.worker}'s memory: peak " in report.to_text() for w in report.workers), report.to_text()
     assert_no_foreign_access(client, tiers)
     assert sea_private_dirs(*tiers.values()) == [], "a tier is not empty at the end"
 
