@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,13 +25,17 @@ def dataset(disk_dir):
     return data, make_subjects(data)
 
 
-@pytest.fixture
-def reference(dataset, disk_dir):
-    """The same workflow under Nipype's own MultiProc: the outputs Sea must reproduce byte for byte."""
-    data, subjects = dataset
-    out = disk_dir / "ref_out"
-    run(build_full(data, subjects, disk_dir / "ref_work", out), "MultiProc")
-    return tree_files(out)
+@pytest.fixture(scope="module")
+def reference():
+    """The same workflow under Nipype's own MultiProc, on the same data (made alike in a directory of
+    its own, once for the module): the outputs Sea must reproduce byte for byte."""
+    root = Path(tempfile.mkdtemp(prefix="sea-test-", dir="/var/tmp"))
+    try:
+        subjects = make_subjects(root / "data")
+        run(build_full(root / "data", subjects, root / "ref_work", root / "ref_out"), "MultiProc")
+        yield tree_files(root / "ref_out")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def home_leftovers(home: Path) -> list[str]:
