@@ -9,7 +9,7 @@ Nipype's ``remove_node_directories`` would. The caller holds ``Run.lock``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .resume import checkpoint_identity
@@ -21,6 +21,8 @@ class Evictor:
         self.run = run
         self._lent: dict[str, set[str]] = {}  # reader -> nodes whose files it reads through another's results
         self._lenders: dict[str, set[str]] = {}  # node -> nodes whose files its results name
+        # a directory done with that waits only for an optional copy home may give it up (sea.flushing)
+        self.give_up_copy: Callable[[NodeState], bool] = lambda node: False
 
     def release_producers(self, key: str) -> None:
         """``key`` will not read its producers any more (nor the directories its producers handed
@@ -74,9 +76,11 @@ class Evictor:
             or node.state is not State.FINISHED
             or node.consumers_left
             or node.open_ended
-            or node.flushes_pending
             or node.flush_failed
         ):
+            return
+        if node.flushes_pending:
+            self.give_up_copy(node)  # given up, the copy settles and evicts the directory (in this call)
             return
         if node.part_of is not None:
             return  # evicted with its owner

@@ -7,6 +7,13 @@ area on a tier, go to their destinations; a node directory goes home whole when 
 beside its path in the home and put in place by one rename once all committed
 (:meth:`Flusher.dir_committed`), so a partial copy never looks complete. Declared outputs go first,
 then directories that must go home, then ``auto``'s checkpoints (which a run's end abandons).
+
+An ``auto`` checkpoint copies only on an idle link (:mod:`sea.stager`). Its directory stays on its
+tier until the copy commits; on a busy link that can be long after its last consumer finished,
+holding room that nothing live needs (on the busy benchmark, half the tier's peak again over the
+live working set). So a directory done with while the link is busy, whose checkpoint copy has not
+started, gives it up (:meth:`Flusher.give_up_checkpoint`) and goes: a rerun recomputes it, as
+without the checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ class Flusher:
         self.run = run
         self.evictor = evictor
         self.placer = placer
+        self._optional: dict[str, FlushBatch] = {}  # key -> its auto checkpoint's copy, until it settles
+        self._done_with: set[str] = set()  # ... of a directory done with, on an idle link: given up if it turns busy first
+        evictor.give_up_copy = self.give_up_checkpoint
 
     # ---------------------------------------------------------------- rules
     def check_rules(self, graph: WorkflowGraph, keys_like: tuple[str, ...] = ()) -> None:
@@ -100,7 +110,22 @@ class Flusher:
             node.home_copy_complete = len(files) == all_files
             # a directory the workflow delivers goes with the declared outputs; one that must go home
             # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
-            self.submit(node, FlushBatch(key, files, self.dir_committed), self._priority(node))
+            batch, priority = FlushBatch(key, files, self.dir_committed), self._priority(node)
+            if priority == CHECKPOINT:
+                self._optional[key] = batch
+            self.submit(node, batch, priority)
+
+    def give_up_checkpoint(self, node: NodeState) -> bool:
+        """``node``'s directory is done with (every consumer finished) and waits only for its
+        ``auto`` checkpoint copy: if the copy has not started and cannot start now, it is given up
+        (see the module); the copy settles as abandoned, which evicts the directory."""
+        batch = self._optional.get(node.spec.key)
+        if batch is None:
+            return False
+        if not self.run.stager.optional_waits:
+            self._done_with.add(node.spec.key)  # its copy starts now: given up if a needed one comes first
+            return False
+        return self.run.stager.cancel(batch)
 
     def is_result(self, node: NodeState) -> bool:
         """Nothing consumes the node: its results are what the workflow made (what a user reads
@@ -139,6 +164,12 @@ class Flusher:
             self.run.check_home()  # the copy would make a new home in place of one moved away
         node.flushes_pending += 1
         self.run.stager.submit(batch, priority)
+        if priority != CHECKPOINT:  # the link is busy now: copies of directories done with that did not start give way
+            for key in list(self._done_with):
+                self._done_with.discard(key)
+                waiting = self._optional.get(key)
+                if waiting is not None:
+                    self.run.stager.cancel(waiting)  # settled as abandoned, it evicts its directory (dir_committed)
 
     # ---------------------------------------------------------------- commits (stager threads)
     def _settle_batch(self, batch: FlushBatch) -> NodeState:
@@ -177,13 +208,16 @@ class Flusher:
         if gone:  # the copy's directory was removed under it: putting it in place would lose files
             batch.committed = [c for c in batch.committed if c[0] not in gone]
             batch.errors.append(f"{gone[0]}: removed from the home while {node.home_copy} was being committed")
-        if run.relocate is not None and not batch.errors and node.home_copy_complete:
+        if run.relocate is not None and not batch.errors and not batch.abandoned and node.home_copy_complete:  # an abandoned copy is dropped
             try:
                 self.evictor.relocate(node, node.home_copy)
             except Exception as error:  # the copy would not be right: keep the tier's, report it
                 batch.errors.append(f"{node.home_copy}: paths not rewritten for the home ({error})")
-        if batch.abandoned and not batch.errors:  # the run ended before the copy was done: no checkpoint
-            shutil.rmtree(node.home_copy, ignore_errors=True)
+        self._optional.pop(batch.key, None)
+        self._done_with.discard(batch.key)
+        if batch.abandoned and not batch.errors:  # given up, or the run ended before the copy was done: no checkpoint
+            if batch.committed or not batch.cancelled:  # a cancelled copy wrote nothing
+                shutil.rmtree(node.home_copy, ignore_errors=True)
             node.home_copy, node.checkpoint = None, False
             with run.lock:
                 run.checkpoints.abandoned(batch.key)

@@ -217,7 +217,7 @@ class RunReport:
             lines.append(
                 f"  checkpoints ({self.checkpoint_mode}): {self.checkpoints} node directories copied home "
                 f"({format_size(self.checkpoint_bytes)}, {self.checkpoint_files} files"
-                + (f"; {self.checkpoints_abandoned} left out, the run ended before their turn" if self.checkpoints_abandoned else "")
+                + (f"; {self.checkpoints_abandoned} left out: their copy could not start when their directory was done with, or the run ended first" if self.checkpoints_abandoned else "")
                 + (f", {self.checkpoint_files_dropped} files of theirs already copied removed" if self.checkpoint_files_dropped else "")
                 + "), sparing a rerun "
                 f"{self.checkpoint_seconds:.1f} s of recomputation; a rerun would recompute at most "

@@ -17,7 +17,8 @@ directories that must go home (every one with ``checkpoints: all``), then option
 queued or under way, and gives way (stops between chunks, its temporary removed, queued again) as
 soon as one is submitted, so a checkpoint never holds up an output; at the end of a run, optional
 copies not done yet are abandoned (:meth:`Stager.abandon`), those under way stopped, rather than
-waited for.
+waited for. One optional copy not started yet can also be given up on its own (:meth:`Stager.cancel`:
+its directory is done with while the link is busy, and would hold its tier until the link is idle).
 """
 
 from __future__ import annotations
@@ -252,6 +253,8 @@ class FlushBatch:
     _bytes_left: int = 0  # of its files, not committed yet (the stager's backlog)
     _priority: int = DECLARED
     _sync_seconds: float = 0.0
+    _writing: int = 0  # of its files, being written by a thread now
+    cancelled: bool = False  # given up before any of it was written (Stager.cancel): settled then
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -280,6 +283,7 @@ class Stager:
         self._optional_bytes = 0  # of those, the optional checkpoints' (they use only an idle link)
         self.committed_bytes = 0  # bytes copied home so far
         self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
+        self._writing = 0  # threads writing a file now
 
     @property
     def queue_length(self) -> int:
@@ -328,12 +332,55 @@ class Stager:
         """A copy the run needs (a declared output, a directory that must go home) is queued or under way."""
         return self._pending.get(DECLARED, 0) + self._pending.get(KEPT, 0) > 0
 
+    @property
+    def optional_waits(self) -> bool:
+        """An optional copy submitted now would not start at once: a copy the run needs is queued
+        or under way, or every thread is writing."""
+        with self._idle:
+            return self._link_busy() or self._writing >= self._threads_wanted
+
+    def cancel(self, batch: FlushBatch) -> bool:
+        """Give up an optional copy none of which was written yet: it settles now, as abandoned
+        (its files stay where they are); ``False`` (nothing done) once a thread has started it. Its
+        files still queued are passed over when taken."""
+        with batch._lock:
+            written = batch._writing or batch.committed or batch._staged or batch.abandoned or batch.errors
+            if written or batch.cancelled or batch._priority != CHECKPOINT or batch._left <= 0:
+                return False
+            batch.cancelled = True
+            batch.abandoned = list(batch.files)
+            batch._left = 0
+        self._settle(batch, CHECKPOINT)
+        return True
+
+    def _take(self, batch: FlushBatch) -> bool:
+        """A thread is about to write one of ``batch``'s files: ``False`` if it was cancelled."""
+        with batch._lock:
+            if batch.cancelled:
+                return False
+            batch._writing += 1
+            return True
+
+    def _written(self, batch: FlushBatch, src: Path, dst: Path, priority: int) -> bool:
+        """:meth:`_write` between :meth:`_take` and its end."""
+        with self._idle:
+            self._writing += 1
+        try:
+            return self._write(batch, src, dst, priority)
+        finally:
+            with batch._lock:
+                batch._writing -= 1
+            with self._idle:
+                self._writing -= 1
+
     def _work(self) -> None:
         while True:
             item = self._queue.get()
             step, priority, _, batch, src, dst = item
             if batch is None:
                 return
+            if step == WRITE and batch.cancelled:
+                continue  # given up (cancel): it settled then
             try:
                 if step == RENAME:
                     self._rename(batch, dst)
@@ -343,7 +390,9 @@ class Stager:
                     with self._idle:
                         self._idle.wait(0.2)  # woken when a copy settles or another is submitted
                     continue
-                elif not self._write(batch, src, dst, priority):
+                elif not self._take(batch):
+                    continue  # cancelled since it was taken from the queue
+                elif not self._written(batch, src, dst, priority):
                     self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
                     continue
             except Exception as exc:  # noqa: BLE001 - a thread that dies would leave its batch unsettled, drain() waiting
@@ -364,6 +413,8 @@ class Stager:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if item[3] is not None and item[3].cancelled:
+                continue  # settled when it was cancelled
             (dropped if item[0] == WRITE and item[1] == priority and item[3] is not None else kept).append(item)
         for item in kept:
             self._queue.put(item)

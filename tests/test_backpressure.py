@@ -72,3 +72,41 @@ def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_runn
     assert engine.may_start("wf/n", running=1), "n waits for a node that runs far longer than expected"
     engine.node_finished("wf/r")
     engine.close()
+
+
+def test_a_checkpoint_the_busy_link_has_not_started_is_given_up_once_its_directory_is_done_with(shm_dir):
+    """The core alone, the home on a 2 MB/s link. ``a`` (1 s to compute, one small file) is worth
+    an ``auto`` checkpoint; its copy waits behind ``big``'s (4 MiB, what the run made: about 2 s).
+    Once ``b``, a's only consumer, finished, a's directory waits for nothing but that optional copy:
+    it is given up and the directory leaves the tier at once, not after the busy link. On an idle
+    link the same kind of checkpoint is taken."""
+    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+
+    with slowfs_scratch(write_mbps=2, read_mbps=200, meta_latency_ms=1) as fs:
+        engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "progress": "off"}), fs.path / "home")
+        specs = [NodeSpec("wf/big", kind="big"), NodeSpec("wf/a", kind="slow"), NodeSpec("wf/b", kind="reader", upstream=(("wf/a", "x"),)),
+                 NodeSpec("wf/c", kind="slow"), NodeSpec("wf/d", kind="reader", upstream=(("wf/c", "x"),))]  # fmt: skip
+        engine.update_graph(WorkflowGraph.from_specs(specs))
+
+        def finish(key: str, nbytes: int, seconds: float = 0.0) -> None:
+            (engine.place(key).physical / "data.bin").write_bytes(b"x" * nbytes)
+            time.sleep(seconds)
+            engine.node_finished(key)
+
+        finish("wf/big", 4 * 2**20)  # nothing reads it: it goes home, and holds the link ~2 s
+        finish("wf/a", 1000, seconds=1.0)
+        assert engine.run.nodes["wf/a"].checkpoint, "a's recomputation is worth a copy"
+        finish("wf/b", 1000)
+        assert engine.run.stager.needed_backlog > 0, "big's copy ended already: the test proves nothing"
+        assert engine.run.nodes["wf/a"].evicted, "a's directory waits on its tier for a copy the busy link has not started"
+        assert not (fs.path / "home" / "wf" / "a").exists()
+        engine.run.stager.drain()  # the link idle again
+        finish("wf/c", 1000, seconds=1.0)
+        engine.run.stager.drain()  # c's copy, on the idle link (d, what the run made, would make it busy)
+        finish("wf/d", 1000)
+        report = engine.close()
+        home = fs.path / "home" / "wf"
+        assert (home / "c").is_dir() and not (home / "c").is_symlink(), "c's checkpoint, on an idle link, was not taken"
+        assert not (home / "a").exists()
+    assert report.checkpoints_abandoned == 1, report.to_text()
+    assert "1 left out: their copy could not start when their directory was done with" in report.to_text()
