@@ -11,9 +11,9 @@ then directories that must go home, then ``auto``'s checkpoints (which a run's e
 An ``auto`` checkpoint copies only on an idle link (:mod:`sea.stager`). Its directory stays on its
 tier until the copy commits; on a busy link that can be long after its last consumer finished,
 holding room that nothing live needs (on the busy benchmark, half the tier's peak again over the
-live working set). So a directory done with while the link is busy, whose checkpoint copy has not
-started, gives it up (:meth:`Flusher.give_up_checkpoint`) and goes: a rerun recomputes it, as
-without the checkpoint.
+live working set). So a directory done with whose checkpoint copy has not started and cannot start
+now (a needed copy has the link, or every stager thread is writing) gives it up
+(:meth:`Flusher.give_up_checkpoint`) and goes: a rerun recomputes it, as without the checkpoint.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ queued or under way, and gives way (stops between chunks, its temporary removed,
 soon as one is submitted, so a checkpoint never holds up an output; at the end of a run, optional
 copies not done yet are abandoned (:meth:`Stager.abandon`), those under way stopped, rather than
 waited for. One optional copy not started yet can also be given up on its own (:meth:`Stager.cancel`:
-its directory is done with while the link is busy, and would hold its tier until the link is idle).
+its directory is done with and the copy cannot start now: it would hold its tier meanwhile).
 """
 
 from __future__ import annotations
