@@ -185,7 +185,7 @@ class Prefetcher:
                 if copy.ok:
                     found[str(source)] = str(copy.target)
                     self.stats.hits += 1
-                elif not copy.skipped:
+                elif not copy.skipped and self._pays:  # stopped (auto), it reads the original by decision
                     self.stats.misses += 1
         self.advance()
         return found
@@ -312,10 +312,10 @@ class Prefetcher:
             self._probe = None
         if self._pays:
             self.advance()
-        else:
+        elif slowdown is not None:  # else the warning above said why
             logger.info(
                 "[Sea] prefetch (auto) stops: a copy from the shared filesystem took %.1fx a copy within the tier, it pays from %gx",
-                slowdown or 0.0, PAYS_FROM,
+                slowdown, PAYS_FROM,
             )  # fmt: skip
         self.on_copied()
 

@@ -283,7 +283,7 @@ class Stager:
         self._optional_bytes = 0  # of those, the optional checkpoints' (they use only an idle link)
         self.committed_bytes = 0  # bytes copied home so far
         self._abandoning: set[int] = set()  # priorities whose copies stop now (see abandon)
-        self._writing = 0  # threads writing a file now
+        self._threads_writing = 0  # threads writing a file now
 
     @property
     def queue_length(self) -> int:
@@ -337,7 +337,7 @@ class Stager:
         """An optional copy submitted now would not start at once: a copy the run needs is queued
         or under way, or every thread is writing."""
         with self._idle:
-            return self._link_busy() or self._writing >= self._threads_wanted
+            return self._link_busy() or self._threads_writing >= self._threads_wanted
 
     def cancel(self, batch: FlushBatch) -> bool:
         """Give up an optional copy none of which was written yet: it settles now, as abandoned
@@ -364,14 +364,14 @@ class Stager:
     def _written(self, batch: FlushBatch, src: Path, dst: Path, priority: int) -> bool:
         """:meth:`_write` between :meth:`_take` and its end."""
         with self._idle:
-            self._writing += 1
+            self._threads_writing += 1
         try:
             return self._write(batch, src, dst, priority)
         finally:
             with batch._lock:
                 batch._writing -= 1
             with self._idle:
-                self._writing -= 1
+                self._threads_writing -= 1
 
     def _work(self) -> None:
         while True:

@@ -139,6 +139,7 @@ def test_auto_stops_where_the_shared_filesystem_reads_as_fast_as_the_tier_and_go
     assert fast.stats.slowdown is not None and fast.stats.slowdown < PAYS_FROM and fast.stats.stopped, fast.stats
     assert not fast.pending("r7"), "a reader waits for copies that will not be made"
     assert fast.copies_for("r7") == {}, "prefetch went on after it stopped"
+    assert fast.stats.misses == 0, "an original read because prefetch stopped is counted as a copy missed"
     assert fast.stats.files <= 4, "more copies were made than the first lookahead's"
     fast.close()
     assert hierarchy.fast_tiers[0].reserved == 0, "the dropped copies kept their room"
