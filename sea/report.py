@@ -207,7 +207,7 @@ class RunReport:
         ]
         if self.memory is not None:
             lines.append(self.memory.to_text())
-        if self.prefetch_files or self.prefetch_misses:
+        if self.prefetch_files or self.prefetch_misses or self.prefetch_stopped:
             lines.append(
                 f"  prefetched: {self.prefetch_files} input files ({format_size(self.prefetch_bytes)}); "
                 f"read from the copy {self.prefetch_hits} times, from the shared filesystem {self.prefetch_misses}"

@@ -201,6 +201,7 @@ def test_the_report_says_when_auto_could_not_measure(tmp_path):
     text = RunReport(prefetch_misses=2, prefetch_stopped=True, prefetch_slowdown=None).to_text()
     assert "stopped (auto): the shared filesystem could not be measured" in text
     assert "a copy took 0.8x" in RunReport(prefetch_misses=2, prefetch_stopped=True, prefetch_slowdown=0.8).to_text()
+    assert "stopped (auto): a copy took 1.1x" in RunReport(prefetch_stopped=True, prefetch_slowdown=1.1).to_text(), "a stop that missed nothing is not said"
 
 
 def _hash_files(home: Path) -> list[str]:
