@@ -26,6 +26,11 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 - prefetch: a job's task fields whose type holds a fileformats ``FileSet`` (set to the copies and
   back; ``Job._inputs``, the inputs the job resolved and cached, is reset with them); that
   ``Job.checksum`` hashes a file by its bytes and extensions, not its directory, and is cached;
+- file hashes: ``pydra.utils.hash.hash_object`` keeps a file set's hash in the ``PersistentCache``
+  under its class, paths and mtimes, and a job's checksum looks it up there; a task field's
+  converter keeps a file set of the field's class as it is (``TypeParser.coerce``); a node's
+  consumers are its successors' ``node._task`` fields holding ``LazyOutField`` objects naming it
+  (``_node``, ``_field``);
 - ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
   job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
   set as ``Submitter.__call__`` sets it).
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import time
 import typing as ty
 from importlib import metadata
@@ -103,6 +109,63 @@ def output_node_names(workflow_job) -> set[str]:
         return set()
     values = attrs.asdict(workflow.outputs, recurse=False) if attrs.has(type(workflow.outputs)) else {}
     return {v._node.name for v in values.values() if isinstance(v, LazyOutField)}
+
+
+def consumed_outputs(graph, node) -> dict[str, tuple]:
+    """The output fields of ``node`` its successor nodes take as inputs, each with the types of
+    the fields that take it: what Pydra hashes, in its event loop, to make the successors' jobs."""
+    from pydra.engine.lazy import LazyOutField
+
+    consumed: dict[str, tuple] = {}
+    name = name_of(node)
+    for successor in successors(graph, node):
+        task = successor.node._task
+        for field in attrs.fields(type(task)):
+            value = getattr(task, field.name, None)
+            if isinstance(value, LazyOutField) and value._node.name == name:
+                consumed[value._field] = (*consumed.get(value._field, ()), field.type)
+    try:  # they go to the job's process with it (a class made in a function does not)
+        pickle.dumps(consumed)
+    except Exception:
+        return {}
+    return consumed
+
+
+def hash_outputs(result, consumed: dict[str, tuple]) -> int:
+    """In the job's process, once it ran: hash each file set of its ``consumed`` outputs that its
+    consumers take as it is, into Pydra's persistent hash cache, where the consumers' checksums will
+    find it (keyed by class, paths and mtimes, as Pydra keys it) instead of reading the files again
+    one after another in Pydra's event loop while the processes wait. A file set a consumer converts
+    to another class is left to Pydra. The number of file sets hashed."""
+    from fileformats.core import FileSet
+    from pydra.utils.hash import hash_object
+    from pydra.utils.typing import TypeParser
+
+    outputs = getattr(result, "outputs", None)
+    if outputs is None or getattr(result, "errored", False) or not attrs.has(type(outputs)):
+        return 0
+    found: list[FileSet] = []
+    for name, types in consumed.items():
+        value = getattr(outputs, name, None)
+        TypeParser.apply_to_instances(FileSet, lambda fs, types=types: (found.append(fs) if all(_taken_as_is(fs, t) for t in types) else None) or fs, value)
+    for fileset in found:
+        hash_object(fileset)
+    return len(found)
+
+
+def _taken_as_is(fileset, field_type) -> bool:
+    """A field of ``field_type`` keeps ``fileset`` as it is (no conversion to another class)."""
+    from fileformats.core import FileSet
+
+    if field_type is ty.Any:
+        return True
+    classes, seen = [], [field_type]
+    while seen:
+        t = seen.pop()
+        if isinstance(t, type) and issubclass(t, FileSet):
+            classes.append(t)
+        seen.extend(ty.get_args(t))
+    return any(isinstance(fileset, c) for c in classes)
 
 
 def readonly_caches(job) -> list[Path]:

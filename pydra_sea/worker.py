@@ -22,6 +22,9 @@ What the worker does with a workflow's jobs (the decisions are the core's, :clas
   starts a node only when all its predecessors finished, so that is when no consumer can appear
   any more); an output that other nodes also read stays on its tier until the workflow copied it;
 - a job Pydra's cache holds in the home (an earlier run) is not placed nor run;
+- the files a job's consumers take are hashed in its process as it ends, into Pydra's persistent
+  hash cache: Pydra, making the next node's jobs, finds their hashes there instead of reading every
+  file again in its event loop, one after another, while the processes wait (what ``cf`` does);
 - with ``prefetch: {enabled: true}``, the files a waiting job's inputs name on the shared
   filesystem (the workflow's inputs) are copied to a tier while earlier jobs compute, for the next
   ``lookahead`` jobs in the order processes are handed out; the job runs on the copies with its
@@ -48,6 +51,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import attrs
+import cloudpickle as cp
 from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, console
@@ -117,6 +121,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
     _retiring: tuple | None = attrs.field(default=None, init=False, repr=False, eq=False)  # (broken pool, future done once its processes are gone)
     _memory: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> the most memory its job held in its process
+    _consumed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> its output fields other nodes take (px_.consumed_outputs)
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @pool.default
@@ -197,6 +202,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._twins.clear()
         self._located.clear()
         self._memory.clear()
+        self._consumed.clear()
         if self._watch is not None:
             self._watch.stop()
         self._slots = self._loop_of_run = self._watch = None  # bound to this run's event loop
@@ -284,7 +290,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         pool = self.pool
         with self._watching():
             try:
-                measured = await cf.ConcurrentFuturesWorker.run(self, job, rerun=rerun)
+                measured = await asyncio.get_running_loop().run_in_executor(
+                    pool, functools.partial(self.uncloudpickle_and_run, consumed=self._consumed.get(job.checksum)), cp.dumps(job), rerun
+                )
             except BrokenProcessPool:
                 await self._retire(pool)
                 raise
@@ -400,16 +408,22 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 raise
 
     @classmethod
-    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool) -> _Measured:
+    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool, consumed: dict[str, tuple] | None = None) -> _Measured:
         """In the pool's process: the job's result, and the most memory it held (:class:`sea.memory.JobPeak`).
         A job that failed while saving (out of space) leaves the process in its directory, which Sea
-        then removes; Pydra's next job there starts by ``os.getcwd()``."""
+        then removes; Pydra's next job there starts by ``os.getcwd()``. The files of its outputs other
+        nodes take (``consumed``) are hashed here, while other processes compute, for Pydra's cache
+        (:func:`~pydra_sea._pydra_internals.hash_outputs`): Pydra's event loop would hash them one
+        after another when the next node starts, with every process waiting."""
         try:
             os.getcwd()
         except FileNotFoundError:
             os.chdir("/")
         with JobPeak() as peak:
             result = super().uncloudpickle_and_run(job_pkl, rerun)
+        if consumed:
+            with contextlib.suppress(Exception):  # what is not in the cache, Pydra hashes as it would
+                px_.hash_outputs(result, consumed)
         return _Measured(result, peak.bytes)
 
     async def _settled(self, key: str, quiet: bool = False) -> None:
@@ -474,6 +488,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 self._twin(j)
         producers = tuple((j.checksum, "in") for p in px_.predecessors(graph, node) for j in px_.jobs_of(p) if self._placed_here(j))
         is_output, consumed = name in px_.output_node_names(workflow_job), bool(px_.successors(graph, node))
+        taken = px_.consumed_outputs(graph, node) if consumed else {}
         # a job no other node reads (it gives the workflow an output, or nothing reads it at all)
         # persists: the stager copies its directory home while the rest runs, and Pydra's cache
         # keeps it as under cf; an output also read by other nodes stays on its tier until the
@@ -485,6 +500,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             for i, j in enumerate(jobs)
         ]
         self.engine.add_nodes(specs, open_ended=consumed)
+        if taken:
+            self._consumed.update((spec.key, taken) for spec in specs)
         held = self._held.setdefault(id(workflow_job), [])
         if persist:
             self._persisted.update(spec.key for spec in specs)
@@ -504,7 +521,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None, _memory={})  # owned by the submitting process
+        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None, _memory={}, _consumed={})  # owned by the submitting process
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

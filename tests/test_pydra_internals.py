@@ -3,6 +3,7 @@ installed Pydra: when one of these fails, Pydra changed and the adapter must fol
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class Probe(cf.ConcurrentFuturesWorker):
                 "preds": [p.name for p in px_.predecessors(graph, node)] if node else None,
                 "succs": [s.name for s in px_.successors(graph, node)] if node else None,
                 "outputs": px_.output_node_names(self.workflows[-1]),
+                "consumed": px_.consumed_outputs(graph, node) if node else None,
             }
         )
         job.cache_root = job.cache_root  # public and settable
@@ -100,6 +102,8 @@ def test_a_worker_sees_the_graph_through_the_workflow_job(tmp_path):
     assert by_node["first"][0]["preds"] == [] and by_node["first"][0]["succs"] == ["second"]
     assert by_node["second"][0]["preds"] == ["first"] and by_node["second"][0]["succs"] == []
     assert all(r["outputs"] == {"second"} for r in worker.seen)
+    assert by_node["first"][0]["consumed"] == {"out": (int,)}, "the successors' inputs no longer name their producer's fields"
+    assert by_node["second"][0]["consumed"] == {}
 
 
 def test_the_mount_table_cache_is_where_we_drop_it():
@@ -237,3 +241,47 @@ def test_a_copy_with_the_same_name_and_bytes_keeps_the_job_checksum(tmp_path):
     assert str(job.inputs["in_file"]) == str(copy), "the job resolved its inputs before the swap"
     px_.put_back_inputs(job, originals)
     assert str(job.task.in_file) == str(original) and str(job.inputs["in_file"]) == str(original)
+
+
+@python.define(outputs=["out"])
+def Produce(text: str, name: str) -> File:
+    out = os.path.abspath(name)
+    with open(out, "w") as f:
+        f.write(text)
+    return File(out)
+
+
+def test_an_output_hashed_in_its_jobs_process_is_what_the_consumers_checksum_finds(tmp_path, monkeypatch):
+    """SeaWorker hashes a job's consumed output files in its process (hash_outputs), so that Pydra,
+    making the consumers' jobs, finds each hash in its persistent cache (keyed by the file set's
+    class, paths and mtimes) instead of reading the file again. Shown by changing a file's bytes
+    behind the cache's back (same size, same mtime): the consumer's checksum is then the one of the
+    bytes hashed before, which only a lookup in that cache can give."""
+    import typing as ty
+
+    from fileformats.medimage import Nifti1
+
+    monkeypatch.setenv("PYDRA_HASH_CACHE", str(tmp_path / "hashes"))
+    with Submitter(worker="debug", cache_root=tmp_path / "cache") as submitter:
+        hashed = submitter(Produce(text="a" * 1000, name="hashed.txt"))
+        control = submitter(Produce(text="b" * 1000, name="control.txt"))
+    assert px_.hash_outputs(hashed, {"out": (File,)}) == 1
+    assert px_.hash_outputs(control, {"out": (Nifti1,)}) == 0, "a file set its consumer converts to another class was hashed"
+
+    expected = {}
+    for result in (hashed, control):
+        path = Path(result.outputs.out)
+        reference = tmp_path / "reference" / path.stem / path.name  # the same name and bytes elsewhere
+        reference.parent.mkdir(parents=True)
+        shutil.copy2(path, reference)
+        expected[path.name] = _job_of(Read(in_file=File(reference)), tmp_path / "jobs").checksum
+        mtime = path.stat().st_mtime_ns
+        path.write_text(path.read_text().upper())  # same size
+        os.utime(path, ns=(mtime, mtime))
+    hashed_path, control_path = Path(hashed.outputs.out), Path(control.outputs.out)
+    assert _job_of(Read(in_file=File(hashed_path)), tmp_path / "jobs").checksum == expected["hashed.txt"], "Pydra's checksum did not find the hash made in the job's process"
+    assert _job_of(Read(in_file=File(control_path)), tmp_path / "jobs").checksum != expected["control.txt"], "the cache held the control's hash already: the check above proves nothing"
+
+    nifti = Nifti1.sample(tmp_path / "sample")
+    assert px_._taken_as_is(nifti, File) and px_._taken_as_is(nifti, File | None) and px_._taken_as_is(nifti, list[File]) and px_._taken_as_is(nifti, ty.Any)
+    assert not px_._taken_as_is(File(hashed_path), Nifti1) and not px_._taken_as_is(File(hashed_path), str)

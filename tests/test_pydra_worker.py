@@ -138,6 +138,39 @@ def test_the_pydra_incrementation_example_matches_cf(tmp_path, shm_dir):
     assert not list(shm_dir.iterdir())
 
 
+def test_pydra_finds_the_hashes_of_intermediate_files_made_in_the_jobs_processes(tmp_path, shm_dir, monkeypatch):
+    """Making a node's jobs, Pydra's event loop hashes their input files one after another while
+    every process waits (under cf, 0.35 s of each boundary of the benchmark's incrementation).
+    SeaWorker's processes hash the files the next node takes as each job ends, into Pydra's
+    persistent cache: the run's own process then computes no hash of a file on the tier. cf's
+    process hashes its intermediates itself (the control that the count sees them)."""
+    from pydra.utils.hash import PersistentCache
+
+    from example_workflows.incrementation import make_chunks
+    from example_workflows.incrementation.pydra_workflow import Incrementation
+
+    monkeypatch.setenv("PYDRA_HASH_CACHE", str(tmp_path / "hashes"))
+    computed: list[str] = []  # in this process: the pool's processes are forked, their lists stay there
+    lookup = PersistentCache.get_or_calculate_hash
+
+    def spied(self, key, calculate_hash):
+        return lookup(self, key, lambda: computed.append(str(key)) or calculate_hash())
+
+    monkeypatch.setattr(PersistentCache, "get_or_calculate_hash", spied)
+    chunks = make_chunks(tmp_path / "data", 3, 1)
+    with Submitter(worker="cf", cache_root=tmp_path / "cf", n_procs=2) as sub:
+        theirs = sub(Incrementation(in_files=chunks, iterations=3))
+    assert not theirs.errored
+    assert sum(str(tmp_path / "cf") in key for key in computed) == 6, "cf's process no longer hashes the intermediate files: nothing to spare it"
+    computed.clear()
+    with Submitter(worker="sea", cache_root=tmp_path / "home", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        ours = sub(Incrementation(in_files=chunks, iterations=3))
+    assert not ours.errored
+    assert [key for key in computed if str(shm_dir) in key] == [], "the run's process hashed files on the tier"
+    for mine, ref in zip(ours.outputs.out_files, theirs.outputs.out_files, strict=True):
+        assert filecmp.cmp(mine, ref, shallow=False)
+
+
 def test_tasks_spill_to_the_next_tier_when_a_small_tmpfs_is_full(tmp_path, small_tmpfs, shm_dir):
     """8 chunks of 4 MiB x 3 iterations on a 24 MiB tier: some jobs are refused there and run on the
     next tier; outputs are still cf's, and both tiers are empty at the end."""
