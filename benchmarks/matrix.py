@@ -24,11 +24,12 @@ class Size:
     unit_mib: float  # one chunk, or one subject's 4D image
     iterations: int  # incrementation's chain length (filtering always has 3 steps)
     timeout_seconds: float  # per run: a hung worker must not hang the benchmark
+    settle_seconds: float = 0.0  # a pause before each run, after os.sync(), for the disk to absorb the runs before it
 
 
 SIZES = {
     "smoke": Size("smoke", units=2, unit_mib=4, iterations=2, timeout_seconds=300),
-    "full": Size("full", units=8, unit_mib=32, iterations=5, timeout_seconds=1800),
+    "full": Size("full", units=8, unit_mib=32, iterations=5, timeout_seconds=1800, settle_seconds=1.0),
 }
 WORKLOADS = ("incrementation", "filtering")  # the default
 # --workloads fmri_preproc,dwi_mrtrix: the fMRIPrep-like example (8 steps per subject) and the

@@ -36,7 +36,7 @@ fresh directories, outputs compared byte for byte with A's:
 Why it is built this way: interleaving spreads a slow drift of the machine over every configuration;
 a fresh process per run shares no page cache entry, import or Nipype cache with the previous one
 (``os.sync()`` runs before each run so its writeback does not land in the next; a virtual disk may
-still be absorbing it, hence the shifted order); the worker is
+still be absorbing it, hence a pause of a second at full size, and the shifted order); the worker is
 started by this file's path, not ``-m``, so ``sea`` and ``nipype_sea`` both come from the installed
 package (``pip install .`` to benchmark working-tree changes). Results: ``<out>/<size>.md``, ``.json``
 and ``.png``; the model's predictions (``sea.model``) are printed next to the measured medians.
@@ -332,6 +332,7 @@ def launch(
         "--count", str(count),
     ]  # fmt: skip
     os.sync()  # the previous run's writeback must not land inside this run's timing
+    time.sleep(size.settle_seconds)  # os.sync() returns before a virtual disk has absorbed it (see run_workload)
     start = time.monotonic()
     timeout = size.timeout_seconds if kill_after is None else kill_after
     with open(log, "ab") as log_file:
