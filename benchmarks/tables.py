@@ -102,14 +102,14 @@ def section(size: Size, throttle: Throttle, workload: str, records) -> list[str]
     return lines
 
 
-def prefetch_bound(size: Size, throttle: Throttle, workload: str, c_median: float | None) -> float | None:
+def prefetch_bound(size: Size, throttle: Throttle, workload: str, c_median: float | None, processes: int = PROCESSES) -> float | None:
     """read_compute's fastest CP: C, less the reads prefetch can hide. Each round of C (one subject
     per process) reads its inputs at the shared filesystem's rate, then computes; with prefetch every
     round but the first finds its inputs copied during the round before (compute is twice a read)."""
     if workload != "read_compute" or c_median is None or not throttle.read_mbps:
         return None
-    rounds = -(-size.units // PROCESSES)
-    round_reads = PROCESSES * size.unit_mib * 2**20 / (throttle.read_mbps * 1e6)
+    rounds = -(-size.units // processes)
+    round_reads = processes * size.unit_mib * 2**20 / (throttle.read_mbps * 1e6)
     return c_median - (rounds - 1) * round_reads
 
 

@@ -218,18 +218,28 @@ def unconnected_input_files(node) -> list[str]:
 def connected_output_files(directory: Path, connections, consumer) -> list[str]:
     """The files a finished node in ``directory`` hands ``consumer`` through ``connections`` (the
     execution graph edge's ``connect`` list of (output, input)) for it to read, from its saved result."""
+    return output_files(directory, read_outputs(connections, consumer))
+
+
+def read_outputs(connections, consumer) -> list[str]:
+    """The producer's outputs, among ``connections`` (an execution graph edge's ``connect`` list of
+    (output, input)), whose files ``consumer`` reads (not those it takes as names only)."""
+    return sorted({source for source, target in connections if isinstance(source, str) and _reads(consumer, target)})
+
+
+def output_files(directory: Path, names) -> list[str]:
+    """The files the outputs ``names`` of the finished node in ``directory`` name, from its saved result."""
     from nipype.pipeline.engine.utils import loadpkl
 
     results = sorted(Path(directory).glob("result_*.pklz"))
-    if not results:
+    if not results or not names:
         return []
     outputs = getattr(loadpkl(results[0]), "outputs", None)
     if outputs is None:
         return []
     # a Node's outputs are a traited spec; a MapNode's, a Bunch of lists
     values = outputs.get() if hasattr(outputs, "copyable_trait_names") else dict(outputs.dictcopy())
-    names = {source for source, target in connections if isinstance(source, str) and _reads(consumer, target)}
-    return [p for name in sorted(names) for p in _paths_in(values.get(name))]
+    return [p for name in names for p in _paths_in(values.get(name))]
 
 
 def consumers_with_connections(graph, node):

@@ -6,10 +6,16 @@ worker); the client keeps the graph and sends each ready node to the worker that
 first, copied worker to worker through Dask. The task (:func:`run_node_on_worker`) runs on the
 worker: Nipype's cache check against the home, placement on the worker's tiers, the node, and the
 worker's engine stages the declared outputs home and evicts what nobody needs any more.
+
+Prefetch: every ready node is sent to its worker at once, where it waits in the worker's queue; as
+it is sent, the client tells that worker which files it will read (its own inputs, and the files a
+finished data grabber hands it), and the worker's prefetch copies them from the shared filesystem to
+its tiers while the tasks queued before it run (:func:`sea.dask.node_storage.expect_reads`).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import traceback
@@ -18,7 +24,7 @@ from pathlib import Path
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph, console
 from sea.config import unknown_key
 from sea.dask.locality import LocalityPlanner
-from sea.dask.node_storage import NAME, NodeStorage, close_run, current, finished_elsewhere, pack
+from sea.dask.node_storage import NAME, NodeStorage, close_run, current, expect_reads, finished_elsewhere, pack
 from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals
 from sea.journal import Journal
@@ -38,9 +44,11 @@ DASK_PLUGIN_ARGS = ("sea", "dask", "status_callback")
 WORKER_CHECK_SECONDS = 0.5  # how often the client looks for workers lost or restarted
 
 
-def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumers: list[str]) -> dict:
+def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumers: list[str], hands: dict[str, list[str]] | None = None) -> dict:
     """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers.
-    ``consumers``: the nodes that will read its directory (not finished yet, wherever they run)."""
+    ``consumers``: the nodes that will read its directory (not finished yet, wherever they run).
+    ``hands``: consumer -> the outputs of ``node`` whose files it reads; with prefetch on here, the
+    outcome's ``hands`` gives those files, for the client to tell the consumers' workers."""
     storage = current()
     engine = storage.engine
     engine.expect_run(key, consumers)
@@ -53,11 +61,16 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumer
         except ValueError:
             return None
 
+    def outcome(size: int = 0, traceback: list[str] | None = None, **more) -> dict:
+        return {"cached": False, "size": size, "worker": storage.worker_name, "traceback": traceback, "prefetching": engine.prefetching, **more}
+
     nx_.read_inputs_from(node, here)
     if not engine.is_fresh(key) and nx_.cached_in_home(node):
         engine.node_cached(key)
-        return {"cached": True, "size": 0, "worker": storage.worker_name, "traceback": None}
+        return {**outcome(), "cached": True}
     placement = engine.place(key, link=False)
+    copies = engine.prefetched(key)  # its input files, copied ahead to this machine's tiers
+    nx_.read_copies(node, copies)
     while True:
         nx_.set_run_dir(node, placement.physical)
         if placement.staging is not None:
@@ -72,15 +85,19 @@ def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumer
             placement = engine.retry_elsewhere(key, text, link=False)
             if placement is None:
                 engine.node_failed(key)
-                return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": [text]}
+                return outcome(traceback=[text])
+    if copies:  # before its consumers read its outputs, and before the copies go
+        nx_.restore_originals(placement.physical, copies)
+    # input data it hands on (a data grabber's): the files in node directories are not prefetched
+    handed = {c: engine.shared_inputs(nx_.output_files(placement.physical, names)) for c, names in (hands or {}).items()} if engine.prefetching else {}
     engine.node_finished(key)  # does nothing if the client closed the run meanwhile
     if engine.closed:
         # the client stopped the run while the node ran: its directory was dropped, and what the
         # node wrote since (Nipype makes its directories again) goes too, up to Sea's own directory
         engine.hierarchy.remove(placement.physical)
         engine.hierarchy.close()  # Sea's private directories go too, unless something is kept there by rule
-        return {"cached": False, "size": 0, "worker": storage.worker_name, "traceback": ["the run was stopped while this node ran"]}
-    return {"cached": False, "size": engine.held_bytes(key), "worker": storage.worker_name, "traceback": None}
+        return outcome(traceback=["the run was stopped while this node ran"])
+    return outcome(size=engine.held_bytes(key), hands={c: files for c, files in handed.items() if files})
 
 
 def workers_by_name(dask_scheduler=None) -> dict[str, str]:
@@ -109,6 +126,11 @@ class SeaDaskPlugin(DaskTaskLoop):
         self.report: RunReport | None = None
         self._keys: dict[int, str] = {}
         self.planner: LocalityPlanner | None = None
+        self.prefetch = False  # tell workers what the nodes sent to them will read (see the module)
+        self._hands: dict[str, dict[str, list[str]]] = {}  # node -> consumer -> the outputs whose files it reads
+        self._handed: dict[str, list[str]] = {}  # node -> files finished producers handed it
+        self._no_prefetch: set[str] = set()  # workers whose prefetch stopped (auto) or is off
+        self._sent = itertools.count()  # nodes sent, in order: each worker runs those sent to it in that order
 
     def run(self, graph, config, updatehash=False):
         home = nx_.workflow_home(graph)
@@ -116,9 +138,10 @@ class SeaDaskPlugin(DaskTaskLoop):
             raise SeaConfigError("the workflow has no base_dir: set workflow.base_dir = '/path/to/work' (on the shared filesystem) before run()")
         self.home = home
         config_ = SeaConfig.load(self.sea)
-        if config_.prefetch.enabled is True:  # a worker is chosen at submission: none is known ahead to copy to (auto, the default: no word)
-            logger.warning("[Sea] prefetch is not done under SeaDask yet (SeaMultiProc and Pydra's SeaWorker do it); the run goes on without it")
         specs = node_specs(graph, home, config_.sinks)
+        self.prefetch = bool(config_.prefetch.enabled)
+        if self.prefetch:
+            self._hands = self._read_outputs(graph)
         with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
             sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
             self.client = client
@@ -157,6 +180,23 @@ class SeaDaskPlugin(DaskTaskLoop):
         are the workers'; each worker's figures are in the report)."""
         running = [f"{key}@{self.planner.worker_of(key)}" for key, _ in self.running().values()]
         return Snapshot(time.monotonic() - self._started, len(self.planner.done), len(self.planner.graph), False, running)
+
+    def _read_outputs(self, graph) -> dict[str, dict[str, list[str]]]:
+        """node -> consumer -> the node's outputs whose files the consumer reads (for prefetch)."""
+        key = {node: str(nx_.logical_dir(node).relative_to(self.home)) for node in graph.nodes()}
+        hands: dict[str, dict[str, list[str]]] = {}
+        for node in graph.nodes():
+            for consumer, connections in nx_.consumers_with_connections(graph, node):
+                names = nx_.read_outputs(connections, consumer)
+                if names:
+                    hands.setdefault(key[node], {})[key[consumer]] = names
+        return hands
+
+    def _tell_reads(self, node, key: str, worker: str, position: int) -> None:
+        """Prefetch: tell ``worker``, which ``key`` is sent to as its ``position``-th node, the files the node will read."""
+        files = nx_.unconnected_input_files(node) + self._handed.get(key, [])
+        if files and worker not in self._no_prefetch:
+            self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False)
 
     # ------------------------------------------------------------------ workers coming and going
     def _workers_now(self) -> dict[str, str]:
@@ -208,9 +248,14 @@ class SeaDaskPlugin(DaskTaskLoop):
             for producer, holder in assignment.fetch.items()
         }
         consumers = [c for c in self.planner.graph.consumers(key) if c not in self.planner.done]
+        position = next(self._sent)
+        if self.prefetch:
+            self._tell_reads(node, key, assignment.worker, position)
+        # a worker runs the nodes sent to it in the order they were sent (Sea's), which its prefetch
+        # follows: Dask's own order of tasks submitted together may differ
         return self.submit_task(
-            run_node_on_worker, node, key, fetched, updatehash, consumers,
-            tag=key, name=f"sea-{node.name}", workers=[where], allow_other_workers=False,
+            run_node_on_worker, node, key, fetched, updatehash, consumers, self._hands.get(key),
+            tag=key, name=f"sea-{node.name}", workers=[where], allow_other_workers=False, priority=-position,
         )  # fmt: skip
 
     def _get_result(self, taskid):
@@ -225,9 +270,14 @@ class SeaDaskPlugin(DaskTaskLoop):
                 return None
             self.planner.failed(key)
             return {"result": None, "traceback": traceback.format_exception(outcome)}
+        if not outcome.get("prefetching", True):
+            self._no_prefetch.add(outcome["worker"])
+        for consumer, files in outcome.get("hands", {}).items():
+            self._handed.setdefault(consumer, []).extend(files)
         if outcome["traceback"]:
             self.planner.failed(key)
         else:
+            self._handed.pop(key, None)
             self.planner.finished(key, outcome["worker"], outcome["size"])
             tell = [self._address[w] for w in self.planner.workers_to_tell(key) if w != outcome["worker"]]
             if tell:

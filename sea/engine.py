@@ -87,6 +87,7 @@ class SeaEngine:
         relocate: Callable[[Path, dict[Path, Path]], Iterable[str]] | None = None,
         machine: str | None = None,
         memory: int | None = None,
+        slots: int | None = None,
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
         adapter can look again. ``relocate(directory, moves)`` is called once a node's whole
@@ -104,7 +105,10 @@ class SeaEngine:
         client's is the run's); else ``config.progress`` decides how (:mod:`sea.progress`).
 
         ``memory``: the bytes of memory the engine was told the run may use (MultiProc's
-        ``memory_gb``, when set); a memory cgroup's limit comes first (:mod:`sea.memory`)."""
+        ``memory_gb``, when set); a memory cgroup's limit comes first (:mod:`sea.memory`).
+
+        ``slots``: how many nodes this machine runs at once, when the adapter knows (a Dask
+        worker's threads): prefetch makes as many copies at once (else two)."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -140,7 +144,7 @@ class SeaEngine:
             self.flusher = Flusher(self.run, self.evictor, self.placer)
             self.rerun_plan = RerunPlan()
             self._lock = self.run.lock
-            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake) if config.prefetch.enabled else None
+            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake, threads=slots or 2) if config.prefetch.enabled else None
             self._closed = False
             self.concurrency_cap: int | None = None  # set once a worker process was lost: see worker_lost
             self._over_memory: set[str] = set()  # kinds measured above the memory they declare (logged once)
@@ -540,14 +544,21 @@ class SeaEngine:
         telling it what nodes read, and of asking for copies, once it is not."""
         return self.prefetcher is not None and self.prefetcher.active
 
-    def expect_reads(self, key: str, paths: list[str]) -> None:
+    def expect_reads(self, key: str, paths: list[str], position: int | None = None) -> None:
         """Node ``key`` will read these files: those on the shared filesystem (not in the home, not
-        on a tier) are copied to a fast tier ahead of it when prefetch is on."""
+        on a tier) are copied to a fast tier ahead of it when prefetch is on. ``position``: its
+        place in the order nodes start on this machine, when the adapter knows it (a Dask
+        worker's queue); else the engine's order decides which readers come next."""
         if not self.prefetching:
             return
-        shared = [Path(p) for p in paths if self.run.is_shared_input(Path(p))]
+        shared = [Path(p) for p in self.shared_inputs(paths)]
         if shared:
-            self.prefetcher.expect(key, shared)
+            self.prefetcher.expect(key, shared, position)
+
+    def shared_inputs(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` that are input data: files on the shared filesystem, not in the home
+        and on none of this machine's tiers."""
+        return [p for p in paths if self.run.is_shared_input(Path(p))]
 
     def prefetched(self, key: str) -> dict[str, str]:
         """Node ``key`` starts now: input path -> the path of its complete copy on a fast tier.

@@ -4,9 +4,10 @@ ahead of the nodes that read them, while earlier nodes compute.
 The adapter says which files a node will read as soon as it knows (:meth:`Prefetcher.expect`: a
 node's own inputs when the graph is given, a data grabber's outputs once it ran); the engine says
 which readers come next (:meth:`Prefetcher.advance`, readers in the order the scheduler will start
-them). The files of up to ``lookahead`` readers that have not started are copied, by two threads,
-to the fastest tier with room, within ``budget`` bytes of copies per tier; the copies' space is
-reserved on the tier, so node placement sees it. While copies are under way, a reader whose
+them, or in the order the adapter gives: a Dask worker runs the nodes sent to it in the order they
+were sent). The files of up to ``lookahead`` readers that have not started are copied, in that
+order, by as many threads as readers run at once on the machine (``threads``), to the fastest tier
+with room, within ``budget`` bytes of copies per tier; the copies' space is reserved on the tier, so node placement sees it. While copies are under way, a reader whose
 inputs are not all copied yet waits to be started (:meth:`pending`; the engine is told when a copy
 ends), so the adapter's loop goes on meanwhile and no reader reads the shared filesystem beside the
 copies. When a reader is about to start, the adapter asks
@@ -84,19 +85,22 @@ class PrefetchStats:
 
 @dataclass
 class Prefetcher:
-    """One run's prefetch. ``order(keys)``: the engine's order for readers (best first)."""
+    """One run's prefetch. ``order(keys)``: the engine's order for readers (best first).
+    ``threads``: copies made at once, one per reader running at once (the first copy of each
+    reader's files takes the link whole; the next readers' copies follow while they compute)."""
 
     spec: PrefetchSpec
     hierarchy: StorageHierarchy
     order: Callable[[list[str]], list[str]]
     on_copied: Callable[[], None] = lambda: None  # a copy ended: a reader held for it may start (SeaEngine.may_start)
+    threads: int = 2
     stats: PrefetchStats = field(default_factory=PrefetchStats)
     _copies: dict[Path, _Copy] = field(default_factory=dict)
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
     _started: set[str] = field(default_factory=set)
+    _position: dict[str, int] = field(default_factory=dict)  # reader -> its place in the order the adapter gave
     _held: dict[str, int] = field(default_factory=dict)  # tier name -> bytes of copies on it
     _under_way: set[Path] = field(default_factory=set)  # sources whose copy is queued or being made
-    _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(2, thread_name_prefix="sea-prefetch"))
     _closed: bool = False
     _pays: bool | None = None  # None: enabled: auto, not measured yet
     _probe: Future | None = None  # enabled: auto: the measure under way (see _measure)
@@ -104,16 +108,21 @@ class Prefetcher:
     def __post_init__(self) -> None:
         if self.spec.enabled is True:
             self._pays = True
+        self._pool = ThreadPoolExecutor(max(1, self.threads), thread_name_prefix="sea-prefetch")
         # the engine's own lock: the engine calls in holding it, and the copies reserve tier room
         # under it; one lock cannot be taken in two orders
         self._lock = self.hierarchy.lock
 
     # ------------------------------------------------------------------ events
-    def expect(self, reader: str, sources: Iterable[Path]) -> None:
-        """``reader`` will read these files (absolute paths on the shared filesystem)."""
+    def expect(self, reader: str, sources: Iterable[Path], position: int | None = None) -> None:
+        """``reader`` will read these files (absolute paths on the shared filesystem). ``position``:
+        its place in the order readers start here, when the adapter knows it; readers with one come
+        first, in that order, before the engine's order."""
         with self._lock:
             if self._closed or reader in self._started:
                 return
+            if position is not None:
+                self._position[reader] = position
             mine = self._files.setdefault(reader, [])
             for source in sources:
                 source = Path(source)
@@ -130,7 +139,8 @@ class Prefetcher:
             if self._closed or self._pays is False or self._probe is not None:
                 return
             waiting = [r for r in self._files if r not in self._started]
-            for reader in self.order(waiting)[: self.spec.lookahead]:
+            placed = sorted((r for r in waiting if r in self._position), key=self._position.__getitem__)
+            for reader in (placed + self.order([r for r in waiting if r not in self._position]))[: self.spec.lookahead]:
                 for source in self._files[reader]:
                     copy = self._copies[source]
                     if copy.future is not None:
@@ -194,6 +204,7 @@ class Prefetcher:
         """``reader`` finished (or failed, or was found done): copies nobody else reads go."""
         with self._lock:
             self._started.add(reader)
+            self._position.pop(reader, None)
             for source in self._files.pop(reader, []):
                 copy = self._copies[source]
                 copy.readers.discard(reader)

@@ -308,6 +308,10 @@ def merge_reports(parts: list[tuple[str, RunReport]], rows) -> RunReport:
         merged.makespan_seconds = max(merged.makespan_seconds, report.makespan_seconds)
         merged.flush_errors += report.flush_errors
         merged.checkpoint_mode = merged.checkpoint_mode or report.checkpoint_mode
+        if report.prefetch_stopped:  # each machine's prefetch (auto) measures and decides for itself
+            merged.prefetch_stopped = True
+            if report.prefetch_slowdown is not None:
+                merged.prefetch_slowdown = max(merged.prefetch_slowdown or 0.0, report.prefetch_slowdown)
         if report.rerun_worst_seconds > merged.rerun_worst_seconds:
             merged.rerun_worst_seconds, merged.rerun_worst_node = report.rerun_worst_seconds, report.rerun_worst_node
         merged.tiers += [t for t in report.tiers if not t.name.startswith("home:")]

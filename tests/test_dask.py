@@ -32,8 +32,7 @@ def seadask(address: str, **dask) -> dict:
 
 
 def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, caplog, monkeypatch):
-    """Prefetch, which SeaDask does not do yet, is asked for: the run says so and goes on. The
-    driver shows the run's progress: nodes done of the total, and the running ones by worker."""
+    """The driver shows the run's progress: nodes done of the total, and the running ones by worker."""
     import sea.progress
 
     monkeypatch.setattr(sea.progress, "EVERY", 0.1)
@@ -43,8 +42,7 @@ def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, cap
     wf = build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     with caplog.at_level("INFO", logger="sea"):
-        wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True, "progress": "lines"}})
-    assert any("prefetch is not done under SeaDask" in r.getMessage() for r in caplog.records), "no word that prefetch is off"
+        wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "progress": "lines"}})
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Sea] progress: ")]
     assert progress and all(re.search(r" \d+/36 nodes · ", line) for line in progress), progress
     assert any(re.search(r"running: \S+@\w+", line) for line in progress), progress
@@ -58,6 +56,31 @@ def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, cap
     assert all(f"  {w.worker}'s memory: peak " in report.to_text() for w in report.workers), report.to_text()
     assert_no_foreign_access(client, tiers)
     assert sea_private_dirs(*tiers.values()) == [], "a tier is not empty at the end"
+
+
+def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(cluster, disk_dir):
+    """The grabbers hand each subject's image to its first step, which waits in a worker's queue:
+    that worker copies it to its own tier ahead, and the step reads the copy."""
+    from nipype.pipeline.engine.utils import loadpkl
+
+    address, tiers, client = cluster
+    data = disk_dir / "data"
+    subjects = make_subjects(data, n_subjects=6, mib=1)
+    run(build_full(data, subjects, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
+    wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
+    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
+    print(report.to_text())
+    assert report.success and report.prefetch_files == 6, report.to_text()  # each subject's image, found through its grabber
+    assert report.prefetch_hits + report.prefetch_misses == 6 and report.prefetch_hits >= 3, report.to_text()
+    read = sorted(str(loadpkl(p).inputs["in_file"]) for p in (disk_dir / "work").rglob("result_smooth.pklz"))
+    copies = [path for path in read if "/.prefetch/" in path]
+    assert len(read) == 6 and len(copies) == report.prefetch_hits, read
+    assert all(any(path.startswith(str(tier)) for tier in tiers.values()) for path in copies), read
+    assert_no_foreign_access(client, tiers)
+    assert sea_private_dirs(*tiers.values()) == [], "a copy was left on a tier"
 
 
 def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(cluster, disk_dir):

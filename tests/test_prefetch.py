@@ -64,6 +64,26 @@ def test_the_next_readers_get_copies_that_go_after_their_last_reader(tmp_path, s
     assert sea_private_dirs(shm_dir) == []
 
 
+def test_readers_whose_order_the_adapter_gives_are_copied_for_in_that_order(tmp_path, shm_dir):
+    """A Dask worker runs the nodes sent to it in the order they were sent, which need not be the
+    engine's: its prefetch copies for the next ones in that order (here the reverse of the engine's)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    prefetcher = Prefetcher(PrefetchSpec(enabled=True, lookahead=1), hierarchy, order=sorted, threads=1)
+    sources = _files(tmp_path / "shared", 3)
+    for position, (reader, source) in enumerate(zip(("c", "b", "a"), reversed(sources), strict=True)):
+        prefetcher.expect(reader, [source], position)
+    prefetcher._pool.submit(lambda: None).result()  # one thread: the copy submitted before this one ended
+    copied = [p.name for p in (hierarchy.fast_tiers[0].workdir / PREFETCH_DIR).rglob("*.nii")]
+    assert copied == [sources[2].name], f"the first reader in the engine's order was copied for: {copied}"
+    for reader in ("c", "b", "a"):
+        assert len(prefetcher.copies_for(reader)) == 1, reader
+        prefetcher.reader_done(reader)
+    prefetcher.close()
+    hierarchy.close()
+
+
 def test_a_file_read_by_two_nodes_stays_until_both_finished(tmp_path, shm_dir):
     prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir)
     (source,) = _files(tmp_path / "shared", 1)

@@ -13,6 +13,7 @@ The adapter's task function runs on the worker and calls :func:`current` to reac
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import tarfile
@@ -47,7 +48,8 @@ class NodeStorage(WorkerPlugin):
     def setup(self, worker) -> None:
         self.worker_name = str(worker.name)
         machine = self.worker_name.replace("/", "_")
-        self.engine = SeaEngine(SeaConfig.load(self.sea), self.home, log=logger, machine=machine, relocate=self.relocate)
+        slots = worker.state.nthreads  # the nodes it runs at once
+        self.engine = SeaEngine(SeaConfig.load(self.sea), self.home, log=logger, machine=machine, relocate=self.relocate, slots=slots)
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(self.specs), plan_resume=False)
         except BaseException:
@@ -104,6 +106,17 @@ async def finished_elsewhere(key: str, dask_worker=None) -> None:
     engine = dask_worker.plugins[NAME].engine
     if not engine.closed:  # an event that arrives after the run's end changes nothing
         engine.finished_elsewhere(key)
+
+
+async def expect_reads(key: str, paths: list[str], position: int, dask_worker=None) -> None:
+    """Run by the client on the worker it sends node ``key`` to, as it sends it (``Client.run``,
+    without waiting): the files the node will read. Those on the shared filesystem are copied to this
+    worker's tiers by its prefetch while the tasks queued before the node run, in the order they were
+    sent (``position``), which is the order the worker runs them
+    (:meth:`~sea.engine.SeaEngine.expect_reads`; in a thread: it looks at the files)."""
+    engine = dask_worker.plugins[NAME].engine
+    if not engine.closed and engine.prefetching:
+        await asyncio.to_thread(engine.expect_reads, key, paths, position)
 
 
 def close_run(success: bool, interrupted: bool = False, dask_worker=None) -> dict:
