@@ -16,7 +16,7 @@ on two shared filesystems: ``slow-reads`` (:mod:`benchmarks.slowfs`, 30 MB/s rea
 the whole mount, 5 ms per metadata operation) and ``unloaded`` (the bare local disk under
 /var/tmp). Every run's outputs are compared byte for byte with SD0's of the same repetition. The
 bound: SD0 less the reads prefetch can hide (:func:`benchmarks.tables.prefetch_bound`). Results:
-``<out>/dask-prefetch-<size>.md`` and ``.json``.
+``<out>/dask-prefetch-<size>.md`` and ``.json`` (``dask-prefetch<units>-<size>`` with ``--units``).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmpfs, ignore_errors=True)
     markdown = render(records, size, subjects, args.reps, machine)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"dask-prefetch-{size.name}"
+    stem = args.out / (f"dask-prefetch{args.units}-{size.name}" if args.units else f"dask-prefetch-{size.name}")
     stem.with_suffix(".md").write_text(markdown)
     stem.with_suffix(".json").write_text(json.dumps({"machine": asdict(machine), "subjects": subjects, "runs": [asdict(r) for r in records]}, indent=1) + "\n")
     print(markdown)
