@@ -58,21 +58,28 @@ def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, cap
     assert sea_private_dirs(*tiers.values()) == [], "a tier is not empty at the end"
 
 
+def _study_matches_multiproc(disk_dir: Path, n_subjects: int, mib: float, plugin_args: dict) -> RunReport:
+    """The study workflow (grabbers, chains, a MapNode, a join, sinks) under MultiProc, then under
+    SeaDask: the same outputs. SeaDask's report."""
+    data = disk_dir / "data"
+    subjects = make_subjects(data, n_subjects=n_subjects, mib=mib)
+    run(build_full(data, subjects, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
+    wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin="SeaDask", plugin_args=plugin_args)
+    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
+    print(report.to_text())
+    return report
+
+
 def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(cluster, disk_dir):
     """The grabbers hand each subject's image to its first step, which waits in a worker's queue:
     that worker copies it to its own tier ahead, and the step reads the copy."""
     from nipype.pipeline.engine.utils import loadpkl
 
     address, tiers, client = cluster
-    data = disk_dir / "data"
-    subjects = make_subjects(data, n_subjects=6, mib=1)
-    run(build_full(data, subjects, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
-    wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
-    wf.config["execution"]["poll_sleep_duration"] = 0.05
-    wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
-    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
-    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
-    print(report.to_text())
+    report = _study_matches_multiproc(disk_dir, 6, 1, {**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
     assert report.success and report.prefetch_files == 6, report.to_text()  # each subject's image, found through its grabber
     assert report.prefetch_hits + report.prefetch_misses == 6 and report.prefetch_hits >= 3, report.to_text()
     read = sorted(str(loadpkl(p).inputs["in_file"]) for p in (disk_dir / "work").rglob("result_smooth.pklz"))
@@ -85,16 +92,8 @@ def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(clu
 
 def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(cluster, disk_dir):
     address, tiers, client = cluster
-    data = disk_dir / "data"
-    subjects = make_subjects(data, n_subjects=8, mib=0.5)
-    run(build_full(data, subjects, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
-    wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
-    wf.config["execution"]["poll_sleep_duration"] = 0.05
     # no work stealing (tests/test_locality.py has it): here the join is the one node away from its inputs
-    wf.run(plugin="SeaDask", plugin_args=seadask(address, busy_threshold=100))
-    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
-    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
-    print(report.to_text())
+    report = _study_matches_multiproc(disk_dir, 8, 0.5, seadask(address, busy_threshold=100))
     assert report.success and report.nodes_run == 8 * 5 + 2
     assert report.local_hit_rate >= 0.95, report.to_text()
     moved = sum(w.bytes_received for w in report.workers)
