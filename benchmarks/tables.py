@@ -27,7 +27,8 @@ def limit_seconds(size: Size, throttle: Throttle, t_median: float) -> float:
 
 
 def predictions(size: Size, workload: str, throttle: Throttle, t_median: float) -> dict[str, tuple[float, float]]:
-    """The model's (lower, upper) makespans for A and C, compute taken from T's median."""
+    """The model's (lower, upper) makespans for A and for C with and without prefetch (C0; C and
+    CP prefetch: on a throttled filesystem, auto's measure turns it on), compute taken from T's median."""
     from sea.model import Bandwidth, TierModel, Workload, predict_sea, predict_shared
 
     unit = size.unit_mib * MIB
@@ -38,11 +39,13 @@ def predictions(size: Size, workload: str, throttle: Throttle, t_median: float) 
         last_output_bytes=unit,
         compute_seconds=t_median * PROCESSES,
         processes=PROCESSES,
+        first_input_bytes=min(PROCESSES, size.units) * unit,  # each unit's first step reads it
     )
     shared = Bandwidth(read=throttle.read_mbps * 1e6, write=throttle.write_mbps * 1e6)
     tmpfs = TierModel("tmpfs", float("inf"), Bandwidth(read=6e9, write=2.5e9))
-    a, c = predict_shared(w, shared), predict_sea(w, [tmpfs], shared, live_peak=PROCESSES * 2 * unit)
-    return {"A": (a.lower, a.upper), "C": (c.lower, c.upper)}
+    a = predict_shared(w, shared)
+    c0, c = (predict_sea(w, [tmpfs], shared, live_peak=PROCESSES * 2 * unit, prefetch=on) for on in (False, True))
+    return {"A": (a.lower, a.upper), "C": (c.lower, c.upper), "CP": (c.lower, c.upper), "C0": (c0.lower, c0.upper)}
 
 
 def _tier_peak(run) -> int:

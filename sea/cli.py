@@ -195,7 +195,10 @@ def _plan(args: argparse.Namespace) -> Plan:
     history_path = found.home / HISTORY
     history = SizeEstimator.load(history_path, config.default_node_size)
     graph = WorkflowGraph.from_specs(found.specs)
-    return make_plan(graph, history, tiers, shared, args.n_procs, found.input_bytes, learned=history_path.is_file(), poll_seconds=found.poll_seconds)
+    return make_plan(
+        graph, history, tiers, shared, args.n_procs, found.input_bytes,
+        learned=history_path.is_file(), poll_seconds=found.poll_seconds, prefetch=config.prefetch.enabled,
+    )  # fmt: skip
 
 
 def _rerun_plan(args: argparse.Namespace, shown: int = 12) -> str:

@@ -20,6 +20,7 @@ from .config import SeaConfig, SeaConfigError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
 from .model import Bandwidth, Prediction, Simulation, TierModel, Workload, predict_sea, predict_shared, simulate
+from .prefetch import PAYS_FROM
 from .sizes import format_size
 
 DEFAULT_SECONDS = 1.0  # a node's run time before any run measured it
@@ -58,7 +59,8 @@ class Plan:
             f"  persisted home: {format_size(self.workload.output_bytes)} of declared outputs",
             f"  makespan, MultiProc, everything on the shared FS: {self.shared.lower:.1f}-{self.shared.upper:.1f} s"
             + (f" (of which {self.shared.wait_seconds:.1f} s its {self.poll_seconds:g} s poll: execution.poll_sleep_duration)" if self.poll_seconds else ""),
-            f"  makespan, Sea (wakes when a node ends):  {self.sea.lower:.1f}-{self.sea.upper:.1f} s",
+            f"  makespan, Sea (wakes when a node ends):  {self.sea.lower:.1f}-{self.sea.upper:.1f} s"
+            + (f" (prefetch hides {self.sea.hidden_seconds:.1f} s of input reads behind compute)" if self.sea.hidden_seconds else ""),
         ]
         return "\n".join(lines)
 
@@ -72,7 +74,10 @@ def make_plan(
     input_bytes: float,
     learned: bool,
     poll_seconds: float = 0.0,
+    prefetch: bool | str = False,
 ) -> Plan:
+    """``prefetch``: the configuration's ``prefetch.enabled``; ``auto`` counts as on where the first
+    tier reads the inputs :data:`sea.prefetch.PAYS_FROM` times as fast as the shared filesystem."""
     sizes = {k: float(history.estimate(s.kind)) for k, s in graph.nodes.items()}
     seconds = {k: history.seconds.get(s.kind, DEFAULT_SECONDS) for k, s in graph.nodes.items()}
     home = TierModel("home", float("inf"), shared)
@@ -85,7 +90,11 @@ def make_plan(
         last_output_bytes=max(outputs, default=0.0),
         compute_seconds=sim.makespan_compute * processes,
         processes=processes,
+        # the first readers' inputs: what no copy ahead can hide (the graph's sources read the inputs)
+        first_input_bytes=input_bytes * min(1.0, processes / max(sum(1 for k in graph.nodes if not graph.producers(k)), 1)),
     )
+    if prefetch == "auto":
+        prefetch = bool(tiers) and tiers[0].bandwidth.read >= PAYS_FROM * shared.read
     return Plan(
         nodes=len(graph),
         learned=learned,
@@ -93,7 +102,7 @@ def make_plan(
         simulation=sim,
         workload=workload,
         shared=replace(predict_shared(workload, shared), wait_seconds=poll_seconds * _rounds(graph, processes)),
-        sea=predict_sea(workload, tiers, shared, sim.live_peak),
+        sea=predict_sea(workload, tiers, shared, sim.live_peak, prefetch=bool(prefetch)),
         poll_seconds=poll_seconds,
     )
 

@@ -90,3 +90,27 @@ def test_a_polling_plugin_waits_a_poll_per_round():
     assert plan.shared.wait_seconds == 6.0 and plan.sea.wait_seconds == 0.0  # a chain of 3: three rounds
     wide = WorkflowGraph.from_specs([NodeSpec(f"n{i}") for i in range(9)])
     assert make_plan(wide, SizeEstimator(2**20), [fast], BUSY, 4, 0, learned=False, poll_seconds=2.0).shared.wait_seconds == 6.0  # 9 nodes, 4 a round
+
+
+def test_prefetch_hides_the_reads_after_the_first_readers_and_auto_counts_where_it_would_go_on():
+    """read_compute's shape: 8 readers of 32 MiB on 2 processes, each computing twice its read at
+    30 MB/s. Without prefetch the worst case adds every read to the compute; with it, only the
+    first two readers' reads (the benchmark's bound: C0 less three rounds of reads)."""
+    from sea.estimate import SizeEstimator
+    from sea.plan import make_plan
+
+    mib = 2**20
+    readers = WorkflowGraph.from_specs([NodeSpec(f"read_{i}", kind="Function:read") for i in range(8)])
+    history = SizeEstimator(mib)
+    history.seconds["Function:read"] = 2 * 32 * mib / 30e6
+    slow = Bandwidth(read=30e6, write=30e6)
+    fast = TierModel("/dev/shm", 2**30, TMPFS)
+    plans = {p: make_plan(readers, history, [fast], slow, 2, 8 * 32 * mib, learned=True, prefetch=p) for p in (False, True, "auto")}
+    reads, first = 8 * 32 * mib / 30e6, 2 * 32 * mib / 30e6
+    assert abs(plans[False].sea.upper - plans[True].sea.upper - (reads - first)) < 0.2, (plans[False].sea, plans[True].sea)
+    # perfect overlap was the lower bound already; the copies add their tier's writes and reads
+    assert 0 < plans[True].sea.lower - plans[False].sea.lower < 0.2, (plans[False].sea, plans[True].sea)
+    assert plans["auto"].sea == plans[True].sea, "auto: the tier reads 200x as fast as the shared filesystem"
+    as_fast = make_plan(readers, history, [fast], TMPFS, 2, 8 * 32 * mib, learned=True, prefetch="auto")
+    assert as_fast.sea.hidden_seconds == 0, "auto stops where the shared filesystem reads as fast as the tier"
+    assert "prefetch hides 6.7 s of input reads" in plans[True].to_text(), plans[True].to_text()
