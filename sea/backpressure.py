@@ -79,18 +79,25 @@ class BackPressure:
         if run.hierarchy.has_room(estimate):
             return False
         rate = self._rate(time.monotonic(), run.stager.committed_bytes)
-        # what the spill costs: its write, and as long again for the backlog it shares the link with
-        horizon = 2 * estimate / rate if rate else self._mean_seconds()
+        # what the spill costs: its write (at the rate copies go home now; before any committed, as
+        # the copy cost model predicts it: the last run's copies here, or `sea probe`'s), and as long
+        # again for the backlog it shares the link with
+        horizon = 2 * (estimate / rate if rate else run.checkpoints.cost.predict(1, estimate))
         soon = sum(self._freed_by(r) for r in run.running if self._ends_within(r, horizon))
         needed = estimate - self.fast_room() - soon  # from the backlog's commits
         return needed <= 0 or (needed <= backlog and (not rate or needed / rate <= horizon))
 
     def _ends_within(self, key: str, seconds: float) -> bool:
-        """Running node ``key`` is expected to end within ``seconds``, by its kind's last run time."""
+        """Running node ``key`` is expected to end within ``seconds``, by its kind's last run time
+        (no node of its kind ended yet: the mean node's)."""
         node = self.run.nodes.get(key)
-        expected = self.run.estimator.seconds.get(node.spec.kind) if node is not None and node.started else None
+        if node is None or not node.started:
+            return False
+        expected = self.run.estimator.seconds.get(node.spec.kind)
         if expected is None:
-            return False  # no node of its kind ended yet: nothing says when it will
+            expected = self._mean_seconds()
+        if not expected:
+            return False  # no node ended yet: nothing says when it will
         left = node.started + expected - time.monotonic()
         return -expected <= left <= seconds  # one running twice its usual time is not waited for
 

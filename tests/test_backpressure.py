@@ -49,18 +49,31 @@ def tier_bytes(capacity: str) -> int:
     return int(capacity.removesuffix("MiB")) * 2**20
 
 
-def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_running_long(disk_dir, shm_dir):
-    """The core alone: node n would spill (the 3 MiB tier holds p's 2 MiB while r reads it); r is
-    expected to end soon (a node of its kind took 0.2 s), so n waits for p's room. Once r
-    has run far longer than its kind's time, n no longer waits for it: it spills, as the engine's
-    own plugin would have written it to the home at once."""
-    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+def _engine(disk_dir, shm_dir, specs):
+    """An engine whose one tier (3 MiB) holds two 1.5 MiB nodes, in front of a home where a spill
+    costs what 2 MB/s takes (as a last run on it measured): 1.5 MiB in 0.8 s."""
+    from sea import SeaConfig, SeaEngine, WorkflowGraph
+    from sea.checkpoint import CopyCost
 
     config = SeaConfig.load({"tiers": [{"path": str(shm_dir), "capacity": "3MiB"}], "default_node_size": "1536KiB"})
     engine = SeaEngine(config, disk_dir / "home")
+    engine.run.checkpoints.cost = CopyCost(per_byte=1 / 2e6)
+    engine.update_graph(WorkflowGraph.from_specs(specs))
+    return engine
+
+
+def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_running_long(disk_dir, shm_dir):
+    """The core alone: node n would spill (the 3 MiB tier holds p's 2 MiB while r reads it) to a
+    home where that costs 0.8 s (2 MB/s, as the last run's copies measured); r is expected to end
+    sooner (a node of its kind took 0.2 s), so n waits for p's room. Once r has run far longer
+    than its kind's time, n no longer waits for it: it spills, as the engine's own plugin would
+    have written it to the home at once. Where the home takes it in milliseconds, n spills at once."""
+    from sea import NodeSpec
+    from sea.checkpoint import CopyCost
+
     specs = [NodeSpec("wf/q", kind="reader"), NodeSpec("wf/p", kind="producer"),
              NodeSpec("wf/r", kind="reader", upstream=(("wf/p", "x"),)), NodeSpec("wf/n", kind="new")]  # fmt: skip
-    engine.update_graph(WorkflowGraph.from_specs(specs))
+    engine = _engine(disk_dir, shm_dir, specs)
     for key, mib in (("wf/q", 0), ("wf/p", 2)):  # q: a reader's run time is now known (0.2 s)
         (engine.place(key).physical / "data.bin").write_bytes(b"x" * (mib * 2**20))
         time.sleep(0.2)  # not milliseconds: r, just placed, is then surely within its kind's time on a loaded machine too
@@ -68,9 +81,52 @@ def test_a_node_that_would_spill_waits_for_a_reader_ending_soon_not_for_one_runn
     engine.place("wf/r")  # runs, the last reader of p's 2 MiB
     assert not engine.run.hierarchy.has_room(engine.run.estimate("wf/n"))
     assert not engine.may_start("wf/n", running=1), "n spilled although p's room comes as r ends"
+    engine.run.checkpoints.cost = CopyCost(per_file=0.0, per_byte=1 / 2e9)  # a home taking 1.5 MiB in a millisecond
+    assert engine.may_start("wf/n", running=1), "n waits for room longer than its spill takes"
+    engine.run.checkpoints.cost = CopyCost(per_byte=1 / 2e6)
     engine.run.nodes["wf/r"].started -= 60  # r has run a minute: far past its kind's time
     assert engine.may_start("wf/n", running=1), "n waits for a node that runs far longer than expected"
     engine.node_finished("wf/r")
+    engine.close()
+
+
+def test_before_any_copy_home_committed_a_spill_costs_what_the_copy_model_says_not_a_node_time(disk_dir, shm_dir):
+    """Seen in CI on a loaded machine: no copy home had committed yet (no rate measured), and a
+    spill's cost was taken to be the mean node's run time (29 ms), shorter than the 30 ms the
+    running reader had left; the node spilled 8 MiB to a 30 MB/s home. Here the copy cost model
+    (the last run's copies home: 2 MB/s) says the spill takes 0.8 s: r, 0.6 s from its end, is
+    waited for."""
+    from sea import NodeSpec
+
+    specs = [NodeSpec("wf/q", kind="reader"), NodeSpec("wf/p", kind="producer"),
+             NodeSpec("wf/r", kind="reader", upstream=(("wf/p", "x"),)), NodeSpec("wf/n", kind="new")]  # fmt: skip
+    engine = _engine(disk_dir, shm_dir, specs)
+    for key, mib, seconds in (("wf/q", 0, 0.6), ("wf/p", 2, 0.0)):  # readers take 0.6 s; the mean node 0.3 s
+        (engine.place(key).physical / "data.bin").write_bytes(b"x" * (mib * 2**20))
+        time.sleep(seconds)
+        engine.node_finished(key)
+    engine.place("wf/r")  # runs, the last reader of p's 2 MiB, for about 0.6 s
+    assert engine.run.stager.committed_bytes == 0 and not engine.run.hierarchy.has_room(engine.run.estimate("wf/n"))
+    assert not engine.may_start("wf/n", running=1), "n spilled although p's room comes before its spill would be written"
+    engine.node_finished("wf/r")
+    engine.close()
+
+
+def test_a_running_node_of_a_kind_not_seen_yet_is_expected_to_take_the_mean_nodes_time(disk_dir, shm_dir):
+    """Seen in CI on a loaded machine: the second of two DataSinks spilled home because the first,
+    running 8 ms and the last reader of 8 MiB, was of a kind no node had ended yet: nothing was
+    expected of it, so its room was not waited for. It is now expected to take the mean node's time."""
+    from sea import NodeSpec
+
+    specs = [NodeSpec("wf/p", kind="producer"), NodeSpec("wf/s1", kind="sink", upstream=(("wf/p", "x"),)), NodeSpec("wf/s2", kind="sink")]
+    engine = _engine(disk_dir, shm_dir, specs)
+    (engine.place("wf/p").physical / "data.bin").write_bytes(b"x" * 2 * 2**20)
+    time.sleep(0.1)  # the mean node: 0.1 s
+    engine.node_finished("wf/p")
+    engine.place("wf/s1")  # runs: no sink ended yet
+    assert not engine.run.hierarchy.has_room(engine.run.estimate("wf/s2"))
+    assert not engine.may_start("wf/s2", running=1), "s2 spilled: s1, of a kind not seen yet, was not expected to end"
+    engine.node_finished("wf/s1")
     engine.close()
 
 
