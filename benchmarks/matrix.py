@@ -159,6 +159,7 @@ CONFIGURATIONS = (
     Configuration("C0", "SeaMultiProc, prefetch off", "SeaMultiProc", sea="tiers", prefetch=False),  # C before it
     # half of C's tier peak on the busy incrementation (287 MiB, issue 20), and nothing after it but the home
     Configuration("CH", "SeaMultiProc, one tier of 144 MiB", "SeaMultiProc", sea="tiers", tier_capacity="144MiB"),
+    Configuration("CH0", "SeaMultiProc, one tier of 144 MiB, prefetch off", "SeaMultiProc", sea="tiers", tier_capacity="144MiB", prefetch=False),
     Configuration("T", "MultiProc, all on tmpfs", "MultiProc", work_on_tmpfs=True, out_on_tmpfs=True),
     Configuration("S", "SeaMultiProc, all on tmpfs", "SeaMultiProc", work_on_tmpfs=True, out_on_tmpfs=True, sea="fast"),
     # Pydra 1.0 (incrementation only): the cache_root on the shared filesystem; the workflow's outputs
@@ -172,7 +173,7 @@ CONFIGURATIONS = (
     Configuration("PSB", "Pydra SeaWorker, back-pressure off", "sea", out_on_tmpfs=True, sea="tiers", backpressure=False, engine="pydra"),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
-DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CA", "C0", "PD", "PSN", "PSB"))  # C2, C4: for benchmarks.reruns; CB, CH, CA, C0, PD, PSN, PSB: issue 20's
+DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CH0", "CA", "C0", "PD", "PSN", "PSB"))  # C2, C4: for benchmarks.reruns; the rest: issue 20's
 
 
 def sea_tiers(config: Configuration, throttle: Throttle, fast_tmpfs: Path) -> list[dict]:

@@ -144,7 +144,11 @@ class SeaEngine:
             self.flusher = Flusher(self.run, self.evictor, self.placer)
             self.rerun_plan = RerunPlan()
             self._lock = self.run.lock
-            self.prefetcher = Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake, threads=slots or 2) if config.prefetch.enabled else None
+            self.prefetcher = (
+                Prefetcher(config.prefetch, self.hierarchy, self.order, self.run.wake, threads=slots or 2, headroom=self._largest_node)
+                if config.prefetch.enabled
+                else None
+            )
             self._closed = False
             self.concurrency_cap: int | None = None  # set once a worker process was lost: see worker_lost
             self._over_memory: set[str] = set()  # kinds measured above the memory they declare (logged once)
@@ -564,6 +568,11 @@ class SeaEngine:
         """Node ``key`` starts now: input path -> the path of its complete copy on a fast tier.
         May wait for a copy under way; call it without holding the engine's lock."""
         return self.prefetcher.copies_for(key) if self.prefetcher is not None else {}
+
+    def _largest_node(self) -> int:
+        """The largest node directory this workflow makes, as learned (else the default size): the
+        room prefetch's copies leave on a tier for the next node."""
+        return max(self.estimator.learned.values(), default=self.estimator.default)
 
     def _reader_done(self, key: str) -> None:
         if self.prefetcher is not None:

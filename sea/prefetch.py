@@ -94,6 +94,7 @@ class Prefetcher:
     order: Callable[[list[str]], list[str]]
     on_copied: Callable[[], None] = lambda: None  # a copy ended: a reader held for it may start (SeaEngine.may_start)
     threads: int = 2
+    headroom: Callable[[], int] = lambda: 0  # room a tier keeps for the next node's directory: a copy takes only what is beyond it
     stats: PrefetchStats = field(default_factory=PrefetchStats)
     _copies: dict[Path, _Copy] = field(default_factory=dict)
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
@@ -244,9 +245,12 @@ class Prefetcher:
         return True
 
     def _tier_for(self, size: int) -> Tier | None:
+        """The fastest tier with room for ``size`` bytes of copies within the budget, beyond the
+        room the next node's directory needs there (a copy must not make a node spill)."""
+        headroom = self.headroom()
         for tier in self.hierarchy.fast_tiers:
             budget = _budget(self.spec.budget, tier)
-            if tier.room() >= size and self._held.get(tier.name, 0) + size <= budget and self.hierarchy.memory_allows(tier, size):
+            if tier.room() - headroom >= size and self._held.get(tier.name, 0) + size <= budget and self.hierarchy.memory_allows(tier, size):
                 tier.reserved += size
                 self._held[tier.name] = self._held.get(tier.name, 0) + size
                 return tier
