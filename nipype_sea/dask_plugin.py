@@ -196,7 +196,8 @@ class SeaDaskPlugin(DaskTaskLoop):
         """Prefetch: tell ``worker``, which ``key`` is sent to as its ``position``-th node, the files the node will read."""
         files = nx_.unconnected_input_files(node) + self._handed.get(key, [])
         if files and worker not in self._no_prefetch:
-            self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False)
+            # a worker gone meanwhile (its job cancelled) is not told: before_submitting sees it lost
+            self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False, on_error="ignore")
 
     # ------------------------------------------------------------------ workers coming and going
     def _workers_now(self) -> dict[str, str]:
@@ -281,6 +282,6 @@ class SeaDaskPlugin(DaskTaskLoop):
             self.planner.finished(key, outcome["worker"], outcome["size"])
             tell = [self._address[w] for w in self.planner.workers_to_tell(key) if w != outcome["worker"]]
             if tell:
-                self.client.run(finished_elsewhere, key, workers=tell, wait=False)
+                self.client.run(finished_elsewhere, key, workers=tell, wait=False, on_error="ignore")  # one gone is not told
         return {"result": None, "traceback": outcome["traceback"]}
 

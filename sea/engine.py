@@ -59,6 +59,7 @@ from .memory import MemoryBudget, job_memory_limit
 from .ordering import ReadyQueue, input_tier_rank, order_ready, rank
 from .placement import Placer
 from .prefetch import Prefetcher
+from .private import SeaTierSwapped
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
 from .report import MemoryReport, RunReport, TierReport, announce
@@ -66,7 +67,7 @@ from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
 from .sizes import format_size
 from .stager import CHECKPOINT, KEPT, Stager
-from .tiers import StorageHierarchy
+from .tiers import StorageHierarchy, Tier
 
 __all__ = ["JOURNAL", "HISTORY", "Placement", "SeaEngine", "SeaFlushError", "SeaHomeMoved", "State", "sweep_partial_copies"]
 
@@ -656,6 +657,7 @@ class SeaEngine:
             kept = {p.staging_root: Path("/") for p in failed if p.staging_root is not None}
             kept |= {p.physical: p.logical for p in failed if p.staging_root is None}
             by_rule = [n.placement.physical for n in nodes if n.keep and n.placement and not n.placement.tier.is_home]
+            lost = self._lost_tier({p.tier for p in failed})  # the copies failed because their tier went
         self.stager.close()
         if self.prefetcher is not None:
             self.prefetcher.close()
@@ -682,6 +684,8 @@ class SeaEngine:
         announce(report, self.log)
         if moved is not None and not report.flush_errors:
             raise SeaHomeMoved(run.home_moved_message(moved))
+        if lost is not None:
+            raise lost  # say that, as a node failing for it does: the copies' errors are in the report
         if report.flush_errors:
             where = [str(p.staging or p.physical) for p in failed]
             raise SeaFlushError(
@@ -690,6 +694,15 @@ class SeaEngine:
                 + (f"; once the home is fixed, `sea recover {' '.join(report.kept_dirs)}` brings them home" if report.kept_dirs else "")
             )
         return report
+
+    def _lost_tier(self, tiers: Iterable[Tier]) -> SeaTierSwapped | None:
+        """Why one of ``tiers`` is no longer Sea's (emptied, unmounted, swapped), else ``None``."""
+        for tier in tiers:
+            try:
+                self.hierarchy.check(tier)
+            except SeaTierSwapped as exc:
+                return exc
+        return None
 
     def _end_figures(self, success: bool) -> None:
         """The report's figures of the whole run (:mod:`sea.report`)."""

@@ -105,6 +105,13 @@ class PrivateDir:
                 f"Sea's directory {str(self.path)!r} is no longer on the filesystem it was made on: the tier was unmounted under "
                 "the run; what was committed home stays, and the same command resumes the run"
             )
+        if stat.S_ISDIR(st.st_mode) and st.st_ino != self.identity[1] and st.st_uid == os.geteuid():
+            # made again by this user, after it was removed: a node still running writes its
+            # directory (os.makedirs) into the emptied tier; nobody else can make a directory ours
+            raise SeaTierSwapped(
+                f"Sea's directory {str(self.path)!r} was removed under the run (what is there now was made again since): the tier "
+                "was emptied or unmounted under the run; what was committed home stays, and the same command resumes the run"
+            )
         if stat.S_ISLNK(st.st_mode) or (st.st_dev, st.st_ino) != self.identity:
             raise SeaTierSwapped(
                 f"Sea's directory {str(self.path)!r} was replaced by another "

@@ -174,6 +174,34 @@ def test_a_copy_home_the_home_moved_under_ends_the_run_as_moved_not_as_a_failed_
     assert not [p for p in shm_dir.rglob("*") if p.is_file()], "a copy the moved home made fail was kept on the tier"
 
 
+def test_a_copy_home_the_tier_was_emptied_under_ends_the_run_as_a_lost_tier_not_as_a_failed_flush(disk_dir, shm_dir):
+    """Another job's cleanup empties the tier while a node's directory is being committed home, and
+    a node still running makes its directory there again (Nipype's ``os.makedirs``): the run ends
+    in the one line a lost tier gets, saying the same command resumes it, not in a failed flush
+    whose "kept" copies are gone (seen in CI: SeaFlushError, and "replaced by another")."""
+    import shutil
+
+    from sea import SeaTierSwapped
+
+    home = disk_dir / "home"
+
+    def relocate(directory: Path, moves: dict) -> list[str]:
+        for private in shm_dir.glob("sea-*"):
+            shutil.rmtree(private)  # emptied while the copy is committed
+        engine.run.nodes["wf/b"].placement.physical.mkdir(parents=True)  # made again by a node still writing there
+        raise FileNotFoundError(2, "No such file or directory", str(directory / "data.bin"))
+
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "checkpoints": "all"}), home, relocate=relocate)
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a"), NodeSpec("wf/b", upstream=(("wf/a", "x"),))]))
+    run_chain(engine, ["wf/a"])
+    engine.place("wf/b")  # running
+    with pytest.raises(SeaTierSwapped) as info:
+        engine.close()
+    message = str(info.value)
+    assert "\n" not in message and "emptied or unmounted" in message and "the same command resumes the run" in message, message
+    assert engine.report.flush_errors and not engine.report.success
+
+
 def test_live_working_set_of_a_chain_is_a_producer_and_its_consumer(disk_dir, shm_dir):
     """Sequential chain of 1 MiB nodes: at most two outputs are needed at once (the one being read
     and the one being written), and eviction keeps the tier's peak at that."""
