@@ -31,31 +31,13 @@ def pytest_configure(config):
         config.issue_config_time_warning(pytest.PytestConfigWarning(problem), stacklevel=2)
 
 
-# Tests that share something outside their own temporary directories run in one xdist worker, one
-# after another: the two single-host SLURM clusters (one host's daemons), and each module's tests
-# (a module's fixtures make their reference data once, and some of its tests share fixed paths).
-SHARED = {"slurm": ("tests/test_slurm.py", "tests/test_docs.py::test_slurm_")}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist names each test by its group (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            shared = [name for name, prefixes in SHARED.items() if item.nodeid.startswith(prefixes)]
-            item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.nodeid.split("::")[0]))
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --run-slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
-
-
-def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (setup.cfg) is two workers, whatever the machine: the suite's budget is 15
-    minutes on 2 cores, and its tests (processes, filesystems, clusters of their own) are sized
-    for a machine of that size."""
-    return 2
 
 
 TMPFS_PREFIX = "sea-test-tmpfs-"
