@@ -133,7 +133,7 @@ class SeaEngine:
                 self.hierarchy,
                 self.estimator,
                 CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor),
-                Stager(config.stager_threads),
+                Stager(config.stager_threads, guard=lambda: self.run.check_home()),  # no copy makes a new home
                 Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl"))),
                 RunReport(started_at=time.time()),
                 relocate,

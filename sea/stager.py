@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .console import SeaError
 from .durable import BatchSync, fsync_dir
 
 logger = logging.getLogger("sea")
@@ -65,25 +66,29 @@ def temporary_name(name: str, tag: str) -> str:
     return f"{TMP_MARK}{tag}-{hashlib.sha256(os.fsencode(name)).hexdigest()[:16]}"
 
 
-def stage_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None, sync: bool = True) -> tuple[Path | None, int, os.stat_result]:
+def stage_copy(
+    src: Path, dst: Path, interrupt: Callable[[], bool] | None = None, sync: bool = True, guard: Callable[[], None] | None = None
+) -> tuple[Path | None, int, os.stat_result]:
     """Write ``src`` under a temporary name next to ``dst`` with its mode and times (its data
     fsync'ed if ``sync``); returns the temporary, the bytes written and the copy's ``lstat`` as a
     rerun will find it. An empty directory is made at ``dst`` itself (``None``: no temporary; it is
     part of the outputs too). ``interrupt`` is asked between chunks: if it says so, the copy stops,
-    leaves nothing, and raises :class:`Yielded`. The destination's directory is made if missing."""
+    leaves nothing, and raises :class:`Yielded`. The destination's directory is made if missing,
+    once ``guard`` (if given) did not raise: the engine's says the home is still where the run
+    started, so that no copy makes a new home in place of one moved away."""
     st = os.lstat(src)
     if stat.S_ISDIR(st.st_mode):
-        dst.mkdir(parents=True, exist_ok=True)
+        _make_dirs(dst, guard)
         shutil.copystat(src, dst)
         return None, 0, dst.lstat()
     tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
     if stat.S_ISLNK(st.st_mode):
-        _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp))
+        _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp), guard)
         return tmp, 0, tmp.lstat()
     mode = stat.S_IMODE(st.st_mode)
     fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode))
+        fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), guard)
         try:
             try:
                 size = _copy_data(fin, fout, interrupt)
@@ -122,13 +127,25 @@ def _copy_xattrs(fin: int, fout: int) -> None:
                 raise
 
 
-def _retry_in_new_dir(dst: Path, make: Callable[[], object]):
+def _retry_in_new_dir(dst: Path, make: Callable[[], object], guard: Callable[[], None] | None = None):
     """``make()`` (which creates a file next to ``dst``), after making ``dst``'s directory if it is missing."""
     try:
         return make()
     except FileNotFoundError:
-        dst.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs(dst.parent, guard)
         return make()
+
+
+def _make_dirs(path: Path, guard: Callable[[], None] | None) -> None:
+    """``mkdir -p path``, calling ``guard`` first if anything is missing."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    if missing and guard is not None:
+        guard()
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
 
 
 def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int:
@@ -175,10 +192,10 @@ def _unlink(path: Path) -> None:
         logger.warning("[Sea] could not remove the temporary %s (%s)", path, exc.strerror or exc)
 
 
-def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None) -> int:
+def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = None, guard: Callable[[], None] | None = None) -> int:
     """Copy ``src`` to ``dst`` through a temporary name, durably (:func:`stage_copy`, a rename, an
     ``fsync`` of the directory); returns the bytes copied."""
-    tmp, size, _ = stage_copy(src, dst, interrupt)
+    tmp, size, _ = stage_copy(src, dst, interrupt, guard=guard)
     _put_in_place(tmp, dst)
     fsync_dir(dst.parent)
     return size
@@ -269,8 +286,9 @@ class Stager:
     """Threads that commit :class:`FlushBatch` es, by priority then in order, and tell the engine
     when each is done."""
 
-    def __init__(self, threads: int, retries: int = 3, backoff: float = 0.2):
+    def __init__(self, threads: int, retries: int = 3, backoff: float = 0.2, guard: Callable[[], None] | None = None):
         self._threads_wanted = threads
+        self._guard = guard  # called before a copy makes a missing directory: raises a SeaError to refuse
         self._threads: list[threading.Thread] = []  # started with the first copy
         self._queue: queue.PriorityQueue = queue.PriorityQueue()
         self._order = itertools.count()
@@ -491,7 +509,7 @@ class Stager:
         def write() -> None:
             start = time.perf_counter()
             deferred = batch._sync.defer(dst.parent)
-            tmp, size, st = stage_copy(src, dst, interrupt, sync=not deferred)
+            tmp, size, st = stage_copy(src, dst, interrupt, sync=not deferred, guard=self._guard)
             if tmp is not None and deferred:
                 with batch._lock:
                     batch._staged[dst] = (src, tmp, size, st, time.perf_counter() - start)
@@ -513,7 +531,7 @@ class Stager:
             _unlink(tmp)
 
             def copy() -> None:
-                size = atomic_copy(src, dst)
+                size = atomic_copy(src, dst, guard=self._guard)
                 self._committed(batch, dst, size, dst.lstat(), seconds + time.perf_counter() - start)
 
             self._retrying(batch, src, dst, copy)
@@ -543,6 +561,11 @@ class Stager:
                     return False
                 with batch._lock:
                     batch.abandoned.append((src, dst))
+                return True
+            except SeaError as exc:  # the guard refused to make a directory: the home moved away
+                message = f"could not copy {src} to {dst}: {exc}"
+                with batch._lock:
+                    batch.errors.append(message)
                 return True
             except OSError as exc:
                 if tries < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):

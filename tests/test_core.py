@@ -174,6 +174,32 @@ def test_a_copy_home_the_home_moved_under_ends_the_run_as_moved_not_as_a_failed_
     assert not [p for p in shm_dir.rglob("*") if p.is_file()], "a copy the moved home made fail was kept on the tier"
 
 
+def test_a_copy_home_started_after_the_home_moved_makes_no_new_home(disk_dir, shm_dir, monkeypatch):
+    """The home is moved away once a node's directory was queued to go home (checkpoints: all) and
+    before its copy starts: the copy finds its destination's directories missing, and must not
+    make them again (a new, empty home where the user's was; seen in CI with the home-moved test).
+    The run ends in SeaHomeMoved, and the home is where the user moved it, alone."""
+    import sea.stager
+    from sea import SeaHomeMoved
+
+    home, moved = disk_dir / "home", disk_dir / "home-moved"
+    copy = sea.stager.stage_copy
+
+    def moved_first(*args, **kwargs):
+        if home.exists():
+            home.rename(moved)  # the user's `mv` lands between the queueing and the copy
+        return copy(*args, **kwargs)
+
+    monkeypatch.setattr(sea.stager, "stage_copy", moved_first)
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "checkpoints": "all"}), home)
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a"), NodeSpec("wf/b", upstream=(("wf/a", "x"),))]))
+    run_chain(engine, ["wf/a"])
+    with pytest.raises(SeaHomeMoved) as info:
+        engine.close()
+    assert str(moved) in str(info.value)
+    assert not home.exists(), "a copy home made a new home in place of the one moved away"
+
+
 def test_a_copy_home_the_tier_was_emptied_under_ends_the_run_as_a_lost_tier_not_as_a_failed_flush(disk_dir, shm_dir):
     """Another job's cleanup empties the tier while a node's directory is being committed home, and
     a node still running makes its directory there again (Nipype's ``os.makedirs``): the run ends
