@@ -195,7 +195,7 @@ def build_workflow(workload: str, size: Size, data: Path, work: Path, out: Path,
     if workload == "incrementation":
         from example_workflows.incrementation import build_workflow
 
-        return build_workflow(data, size.units, size.iterations, work, out)
+        return build_workflow(data, size.units, size.iterations, work, out, **params)
     if workload == "read_compute":
         from benchmarks.read_compute import build_workflow
 

@@ -152,6 +152,8 @@ def describe_machine() -> Machine:
 
 # ---------------------------------------------------------------------------------- worker process
 def chosen_size(args: argparse.Namespace) -> Size:
+    if getattr(args, "size_spec", None):  # a worker process: the size its orchestrator runs, whole
+        return Size(**json.loads(args.size_spec))
     size = SIZES[args.size]
     return replace(size, units=args.units) if args.units else size
 
@@ -326,7 +328,7 @@ def launch(
     count = stage.logs / f"{stage.throttle.name}-{name}.started"  # not on the shared filesystem: no throttle
     count.unlink(missing_ok=True)
     command = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", config.key, "--workload", workload, "--size", size.name, "--units", str(size.units),
+        sys.executable, str(Path(__file__).resolve()), "--worker", config.key, "--workload", workload, "--size", size.name, "--size-spec", json.dumps(asdict(size)),
         "--data", str(stage.shared / workload), "--work", str(work), "--out", str(out), "--result", str(result),
         "--tiers", json.dumps(sea_tiers(config, stage.throttle, stage.fast_tmpfs)), "--params", json.dumps(params or {}),
         "--count", str(count),
@@ -515,8 +517,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGURATIONS), help=f"comma-separated, from {', '.join(BY_KEY)} (A is the reference)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results", help="where <size>.md, .json and .png go")
     internal = parser.add_argument_group("internal: one run in a worker process")
-    for name in ("--worker", "--workload", "--data", "--work", "--result", "--tiers", "--params", "--count"):
-        internal.add_argument(name, help=argparse.SUPPRESS, type=str if name in ("--worker", "--workload", "--tiers", "--params") else Path)
+    for name in ("--worker", "--workload", "--data", "--work", "--result", "--tiers", "--params", "--count", "--size-spec"):
+        internal.add_argument(name, help=argparse.SUPPRESS, type=str if name in ("--worker", "--workload", "--tiers", "--params", "--size-spec") else Path)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)

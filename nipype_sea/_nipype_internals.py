@@ -126,6 +126,32 @@ def writes_provenance(config) -> bool:
     return str2bool(config["execution"].get("write_provenance", False))
 
 
+KEEP_SETTINGS = (("remove_unnecessary_outputs", False), ("keep_inputs", True))  # what they are when they mean "keep"
+
+
+def keep_settings(node) -> list[str]:
+    """The execution settings by which Nipype is told to keep ``node``'s directory as it ran
+    (``remove_unnecessary_outputs = false``, ``keep_inputs = true``, as ``enable_debug_mode`` sets
+    them); the node's own configuration, as ``Workflow.run`` merged it, else Nipype's."""
+    from nipype import config as global_config
+    from nipype.utils.misc import str2bool
+
+    execution = (node.config or {}).get("execution", {}) if isinstance(node.config, dict) else {}
+    found = []
+    for name, keeps in KEEP_SETTINGS:
+        value = execution.get(name, global_config.get("execution", name))
+        try:
+            if str2bool(value) is keeps:
+                found.append(f"{name} = {str(keeps).lower()}")
+        except ValueError:
+            continue
+    return found
+
+
+def keeps_directory(node) -> bool:
+    return bool(keep_settings(node))
+
+
 def run_dirs(graph) -> dict:
     """What the plugin changes on the caller's nodes (their directory, where they read inputs), to
     put back after the run with :func:`restore_run_dirs`: ``Workflow.run`` returns these nodes, and
@@ -390,6 +416,19 @@ def read_inputs_from(node, physical_dir) -> None:
             node.input_source[field] = (str(where / Path(result).name), out)
 
 
+def point_at_home(node, home: Path, key: str) -> None:
+    """``node`` (about to be saved in its crash file) names its directory and where it reads its
+    inputs in the home, not on a tier (:func:`read_inputs_from`, :func:`set_run_dir`): Sea brings
+    them home for ``nipypecli crash -r``. A path on a tier is one under a ``sea-*`` private directory."""
+    from sea.tiers import key_in_private_dir
+
+    node._output_dir = str(Path(home) / key)
+    for field, (result, out) in list(node.input_source.items()):
+        producer = key_in_private_dir(Path(result).parent)
+        if producer is not None:
+            node.input_source[field] = (str(Path(home) / producer / Path(result).name), out)
+
+
 def cached_in_home(node) -> bool:
     """Nipype's own check (``_local_hash_check``) that ``node`` is done in its directory in the
     home and need not run: its hash file is there and up to date, and it is not forced to rerun."""
@@ -401,19 +440,45 @@ def cached_in_home(node) -> bool:
     return cached and updated and (overwrite is False or (overwrite is None and not always_run))
 
 
+def record_files(directory: Path) -> list[Path]:
+    """What Nipype records of a node in its directory (:mod:`sea.records`): its result file."""
+    return sorted(Path(directory).glob("result_*.pklz"))
+
+
+def read_results_from_records() -> None:
+    """``Node.result`` (``Workflow.run`` returns the graph: users read each node's result) falls back
+    to Sea's records (:mod:`sea.records`) when the node's directory is not in the home: Sea evicted
+    it. The record's paths are rewritten for the home first, as a checkpoint's are."""
+    from nipype.pipeline.engine.nodes import Node
+
+    from sea import records
+
+    if getattr(Node.result.fget, "_sea", False):
+        return
+    original = Node.result.fget
+
+    def result(self):
+        try:
+            return original(self)
+        except FileNotFoundError:
+            path = Path(self.output_dir()) / f"result_{self.name}.pklz"
+            found = records.load(path)
+            if found is None:
+                raise
+            home, data, made_under = found
+            return result_from_record(data, {Path(d): home for d in made_under})
+
+    result._sea = True
+    result.__doc__ = original.__doc__
+    Node.result = property(result)
+
+
 def relocate_results(directory: Path, moves: dict[Path, Path]) -> list[str]:
     """A node directory (and the sub-node directories in it) made under the old paths of ``moves``
     (old directory -> new directory) is now at ``directory``: rewrite the paths its ``result_*.pklz``
     files give (Nipype saves them absolute unless ``use_relative_paths``) and its links point at.
     Returns the new paths written (they may name other nodes' directories)."""
-    prefixes = sorted(((str(old), str(new)) for old, new in moves.items()), key=lambda pair: -len(pair[0]))
-
-    def moved(path: str) -> str:
-        for old, new in prefixes:
-            if path == old or path.startswith(old + os.sep):
-                return new + path[len(old) :]
-        return path
-
+    moved = _mover(moves)
     results, written = [], []
     for dirpath, dirs, files in os.walk(directory):
         for name in [*dirs, *files]:
@@ -437,6 +502,29 @@ def _rewrite_results(result_files, rewrite) -> list[str]:
     gone already), and written back with their state, rewritten for the outputs: under a temporary
     name, then renamed. Returns the new paths written."""
     import gzip
+
+    written: list[str] = []
+    for path in result_files:
+        header, result, loader, new = _read_unvalidated(Path(path).read_bytes(), rewrite)
+        if not new:
+            continue
+        written += new
+        buffer = io.BytesIO()
+        _StatesKept(buffer, loader.states).dump(result)
+        tmp = Path(path).with_name(f".{Path(path).name}.relocating")
+        with open(tmp, "wb") as fh:
+            fh.write(gzip.compress(header + buffer.getvalue()))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    return written
+
+
+def _read_unvalidated(data: bytes, rewrite) -> tuple[bytes, object, _Unvalidated, list[str]]:
+    """A result file's bytes read without validating its traited objects (:class:`_Unvalidated`),
+    the path strings its outputs give rewritten with ``rewrite``: (its versioning header, the
+    result, the loader holding the traited objects' states, the new paths)."""
+    import gzip
     import json
 
     written: list[str] = []
@@ -454,35 +542,45 @@ def _rewrite_results(result_files, rewrite) -> list[str]:
             return {k: moved(v) for k, v in value.items()}
         return value
 
-    for path in result_files:
-        data = gzip.decompress(Path(path).read_bytes())
-        header, end = b"", data.find(b"\n")
-        if end >= 0:  # savepkl(versioning=True) starts with a line of JSON
-            try:
-                json.loads(data[:end])
-                header, data = data[: end + 1], data[end + 1 :]
-            except (UnicodeDecodeError, ValueError):
-                pass
-        loader = _Unvalidated(io.BytesIO(data))
-        result = loader.load()
-        outputs, states = getattr(result, "outputs", None), loader.states
-        before = len(written)
-        if id(outputs) in states:
-            states[id(outputs)] = moved(states[id(outputs)])
-        elif outputs is not None:
-            outputs.__dict__.update(moved(dict(outputs.__dict__)))  # a MapNode's outputs: a Bunch
+    data = gzip.decompress(data)
+    header, end = b"", data.find(b"\n")
+    if end >= 0:  # savepkl(versioning=True) starts with a line of JSON
+        try:
+            json.loads(data[:end])
+            header, data = data[: end + 1], data[end + 1 :]
+        except (UnicodeDecodeError, ValueError):
+            pass
+    loader = _Unvalidated(io.BytesIO(data))
+    result = loader.load()
+    outputs, states = getattr(result, "outputs", None), loader.states
+    if id(outputs) in states:
+        states[id(outputs)] = moved(states[id(outputs)])
+    elif outputs is not None:
+        outputs.__dict__.update(moved(dict(outputs.__dict__)))  # a MapNode's outputs: a Bunch
+    return header, result, loader, written
 
-        if len(written) == before:
-            continue
-        buffer = io.BytesIO()
-        _StatesKept(buffer, states).dump(result)
-        tmp = Path(path).with_name(f".{Path(path).name}.relocating")
-        with open(tmp, "wb") as fh:
-            fh.write(gzip.compress(header + buffer.getvalue()))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    return written
+
+def result_from_record(data: bytes, moves: dict[Path, Path]):
+    """The ``InterfaceResult`` a result file's bytes hold, its outputs' paths moved by ``moves``
+    (old directory -> new one), its traits set without validation: the files a record of an evicted
+    node names exist no more (``load_resultfile`` would refuse an output ``File(exists=True)``)."""
+    _, result, loader, _ = _read_unvalidated(data, _mover(moves))
+    for key, state in loader.states.items():
+        loader.objects[key].__dict__.update(state)  # a traited object's values live in its __dict__
+    return result
+
+
+def _mover(moves: dict[Path, Path]):
+    """A path rewriter: under an old directory of ``moves``, the longest first, to its new one."""
+    prefixes = sorted(((str(old), str(new)) for old, new in moves.items()), key=lambda pair: -len(pair[0]))
+
+    def moved(path: str) -> str:
+        for old, new in prefixes:
+            if path == old or path.startswith(old + os.sep):
+                return new + path[len(old) :]
+        return path
+
+    return moved
 
 
 class _StatesKept(pickle.Pickler):
@@ -508,6 +606,7 @@ class _Unvalidated(pickle._Unpickler):
     def __init__(self, file):
         super().__init__(file)
         self.states: dict[int, object] = {}
+        self.objects: dict[int, object] = {}
 
     def _build(self):
         from traits.api import HasTraits
@@ -515,6 +614,7 @@ class _Unvalidated(pickle._Unpickler):
         state = self.stack.pop()
         if isinstance(self.stack[-1], HasTraits):
             self.states[id(self.stack[-1])] = state
+            self.objects[id(self.stack[-1])] = self.stack[-1]
             return
         self.stack.append(state)
         pickle._Unpickler.load_build(self)

@@ -29,6 +29,7 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
             persist_dir=interface in sinks and sink is None,
             reuses_dir=nx_.is_mapnode(node),
             memory=nx_.declared_memory(node),
+            keep_dir=nx_.keeps_directory(node),
         )
         twin = specs.get(spec.key)
         if twin is not None:  # two nodes, one directory (iterables repeating a value, parameterize_dirs=False):

@@ -86,10 +86,19 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             # provenance reads every node's result after the run: keep every directory
             logger.warning("[Sea] execution.write_provenance reads every node's result after the run: node directories are kept (checkpoints: all)")
             self.sea_config = replace(self.sea_config, checkpoints=Checkpoints.ALL)
+        kept = [node for node in graph.nodes() if nx_.keeps_directory(node)]
+        if kept and self.sea_config.checkpoint_mode is not Checkpoints.ALL:  # Nipype is told to keep them: Sea does too
+            settings = sorted({setting for node in kept for setting in nx_.keep_settings(node)})
+            logger.warning(
+                "[Sea] execution.%s: %d of %d node directories are kept in base_dir, as Nipype keeps them (as with checkpoints: all)",
+                " and ".join(settings), len(kept), graph.number_of_nodes(),
+            )  # fmt: skip
         told = self.plugin_args.get("memory_gb")  # else MultiProc's default, 90% of the machine's: the core reads the machine itself
+        nx_.read_results_from_records()  # node.result on the graph Workflow.run returns, for evicted nodes
         self.engine = SeaEngine(
-            self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results, memory=int(told * 2**30) if told else None
-        )
+            self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results,
+            memory=int(told * 2**30) if told else None, records=nx_.record_files,
+        )  # fmt: skip
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))
         except BaseException:
@@ -239,4 +248,5 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
             self.make_ready(twin)
         self._copies.pop(key, None)
         if key in self.engine.graph:
-            self.engine.node_failed(key)
+            self.engine.node_failed(key)  # its directory and its producers' come home: its crash file names them
+            nx_.point_at_home(node, self.home, key)

@@ -197,7 +197,7 @@ def _plan(args: argparse.Namespace) -> Plan:
     graph = WorkflowGraph.from_specs(found.specs)
     return make_plan(
         graph, history, tiers, shared, args.n_procs, found.input_bytes,
-        learned=history_path.is_file(), poll_seconds=found.poll_seconds, prefetch=config.prefetch.enabled,
+        learned=history_path.is_file(), poll_seconds=found.poll_seconds, prefetch=config.prefetch.enabled, config=config,
     )  # fmt: skip
 
 

@@ -180,6 +180,18 @@ class SeaConfig:
             1.0,
         ),
     )
+    checkpoint_budget: str = field(
+        default="100%",
+        metadata=_doc(
+            "with checkpoints: auto, what the checkpoints may hold in the home: a share of the bytes the run "
+            "delivers there (declared outputs, directories that go home whole; '100%', the default, up to "
+            "'1000%') or a size ('2GiB'). They also never take more than half of what the home's free space "
+            "and your quota (lfs quota on Lustre, quota elsewhere) leave beyond the outputs still to come. "
+            "Each checkpoint is one file (a pack) in base_dir/.sea/checkpoints; the ones that spare a rerun the "
+            "most recomputation per byte are kept",
+            "100%",
+        ),
+    )
     keep_intermediates: bool = field(
         default=False,
         metadata=_doc("the same as checkpoints: all (Sea's copy-all; kept for existing configurations)", False),
@@ -479,6 +491,19 @@ def _parse_factor(value: Any, what: str) -> float:
     return float(check_positive_number(value, what))
 
 
+def _parse_budget(value: Any, what: str) -> str:
+    from .checkpoint import Budget
+
+    if is_bare_number(value) and str(value).strip() not in ("0",):
+        n = str(value).strip()
+        raise SeaConfigError(f"{what}: {value!r} has no unit (it would be {n} bytes); write {n}GiB, {n}GB or a share of the outputs such as '100%'")
+    try:
+        Budget(str(value)).bytes(2**30)
+    except ValueError as exc:
+        raise SeaConfigError(f"{what}: {exc}, or a share of what the run delivers such as '100%'") from None
+    return str(value).strip()
+
+
 def _parse_checkpoints(value: Any, what: str) -> Checkpoints:
     if isinstance(value, Checkpoints):
         return value
@@ -562,6 +587,7 @@ _PARSERS = {
     "rules": _parse_rules,
     "checkpoints": _parse_checkpoints,
     "checkpoint_factor": _parse_factor,
+    "checkpoint_budget": _parse_budget,
     "keep_intermediates": check_bool,
     "backpressure": check_bool,
     "stager_threads": _parse_threads,

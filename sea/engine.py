@@ -42,26 +42,31 @@ A runnable example with real files::
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .backpressure import BackPressure
-from .checkpoint import CheckpointPolicy, CopyCost
+from .checkpoint import Budget, CheckpointPolicy, CopyCost, Deliverables
 from .config import SeaConfig, headroom_bytes
+from .console import SeaError
 from .estimate import SizeEstimator
 from .eviction import Evictor
 from .flushing import Flusher
 from .graph import NodeSpec, WorkflowGraph
+from .homespace import HomeSpace
 from .journal import Journal
 from .lock import RunLock
 from .memory import MemoryBudget, job_memory_limit
 from .ordering import ReadyQueue, input_tier_rank, order_ready, rank
+from .pack import unpack
 from .placement import Placer
 from .prefetch import Prefetcher
 from .private import SeaTierSwapped
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
+from .records import Records
 from .report import MemoryReport, RunReport, TierReport, announce
 from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
@@ -89,6 +94,7 @@ class SeaEngine:
         machine: str | None = None,
         memory: int | None = None,
         slots: int | None = None,
+        records: Callable[[Path], Iterable[Path]] | None = None,
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
         adapter can look again. ``relocate(directory, moves)`` is called once a node's whole
@@ -109,7 +115,11 @@ class SeaEngine:
         ``memory_gb``, when set); a memory cgroup's limit comes first (:mod:`sea.memory`).
 
         ``slots``: how many nodes this machine runs at once, when the adapter knows (a Dask
-        worker's threads): prefetch makes as many copies at once (else two)."""
+        worker's threads): prefetch makes as many copies at once (else two).
+
+        ``records(directory)``: the files of a node directory in which the engine records the
+        node (Nipype's ``result_<name>.pklz``): kept in one file in the home as the directory
+        leaves its tier (:mod:`sea.records`), for what reads them after the run."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -132,13 +142,21 @@ class SeaEngine:
                 self.log,
                 self.hierarchy,
                 self.estimator,
-                CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor),
+                CheckpointPolicy(config.checkpoint_mode, self._copy_cost_prior(), config.checkpoint_factor, Budget(config.checkpoint_budget)),
                 Stager(config.stager_threads, guard=lambda: self.run.check_home()),  # no copy makes a new home
                 Journal(self.home / (JOURNAL if machine is None else JOURNAL.with_name(f"journal-{machine}.jsonl"))),
                 RunReport(started_at=time.time()),
                 relocate,
                 on_event or (lambda: None),
+                records=Records(self.home, records) if records is not None and machine is None else None,
             )
+            self.run.homespace = HomeSpace.read(self.home)
+            self.deliverables = Deliverables(self.estimator.estimate)
+            policy = self.run.checkpoints
+            policy.expected_delivered = self._expected_delivered
+            policy.total_seconds = lambda: self._work_left.busy + (self._work_left.seconds() or 0.0)
+            policy.home_room = self._home_room
+            policy.overhead = lambda: self.journal.bytes + (self.run.records.bytes if self.run.records is not None else 0)
             self.placer = Placer(self.run, self._inputs_moved)
             self.evictor = Evictor(self.run)
             self.backpressure = BackPressure(self.run)
@@ -221,7 +239,7 @@ class SeaEngine:
                         raise RuntimeError(f"{spec.key!r} reads {producer!r}, which was evicted already; add consumers before sealing their producers")
             self.graph.add(specs)
             keys = [spec.key for spec in specs]
-            self._admit(keys)
+            self._admit(keys, open_ended)
             self._open_ended += len(keys) if open_ended else 0
             for key in keys:
                 nodes[key].open_ended = open_ended
@@ -240,10 +258,35 @@ class SeaEngine:
                 self.evictor.sealed(key)
                 self.evictor.maybe_evict(key)
 
-    def _admit(self, keys: list[str]) -> None:
+    def _admit(self, keys: list[str], open_ended: bool = False) -> None:
         admit(self.run, keys)  # what the home holds of them (sea.resume)
         for key in keys:
-            self._work_left.add(self.graph.nodes[key].kind)
+            spec = self.graph.nodes[key]
+            self._work_left.add(spec.kind)
+            if self._delivers(spec, open_ended):
+                self.deliverables.add(spec.kind)
+            record = self.journal.get(key)
+            if key in self.run.skip and record is not None and record.pack is not None:
+                self.checkpoints.known_pack(key, record.pack[1])  # the budget holds it
+
+    def _home_room(self) -> int | None:
+        """What the home can still take (its free space, the quota) beyond the copies the run needs that are on their way."""
+        room = self.run.homespace.room()
+        return None if room is None else room - self.stager.needed_backlog
+
+    def _expected_delivered(self) -> int:
+        """What the run is expected to deliver home, for the checkpoints' budget: what it delivered,
+        and the estimates of what its nodes still to run deliver; while the graph still grows (Pydra
+        makes its jobs as it goes), at least what the last run delivered, else one default node's size."""
+        expected = self.deliverables.expected()
+        if self._open_ended:
+            expected = max(expected, self.estimator.delivered or (0 if self.deliverables.known else self.estimator.default))
+        return expected
+
+    def _delivers(self, spec: NodeSpec, open_ended: bool = False) -> bool:
+        """What the node makes goes home in any case: declared outputs, a directory that persists,
+        or one nothing reads (the workflow's result)."""
+        return spec.sink_destination is not None or spec.persist_dir or (not open_ended and not self.graph.consumers(spec.key))
 
     # ---------------------------------------------------------------- what a node is now
     def is_fresh(self, key: str) -> bool:
@@ -395,30 +438,88 @@ class SeaEngine:
 
     # ---------------------------------------------------------------- transitions
     def node_skipped(self, key: str) -> None:
+        """Sea's resume plan found the node done (:meth:`is_skipped`): it does not run. A node that
+        runs reads it from its checkpoint, unpacked now (:meth:`restore`)."""
+        restored = key in self.rerun_plan.restore and self.restore(key, required=True)
         with self._lock:
             node = self.run.nodes[key]
-            node.state, node.evicted = State.SKIPPED, True
-            self.report.nodes_cached += 1
-            record = self.journal.get(key)
-            self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=record is not None and record.checkpoint is not None)
-            self.evictor.release_producers(key)
+            if not restored:
+                node.state, node.evicted = State.SKIPPED, True
+            self._found_done(node, kept=restored or self._in_home(key))
         self._reader_done(key)
         self._progress(key)
 
     def node_cached(self, key: str) -> None:
-        """The engine found the node done in the home by its own hash check."""
+        """The engine found the node done in the home by its own hash check (in its directory
+        there, or in the one :meth:`restore` unpacked)."""
         with self._lock:
             node = self._whole_node(key)
             if node is None:
                 return
-            if node.placement is not None and not node.placement.tier.is_home:
-                self.placer.drop(node)
-            node.state = State.CACHED
-            self.report.nodes_cached += 1
-            self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=True)  # it is in the home
-            self.evictor.release_producers(key)
+            if node.unpacked:  # its consumers read it where it was unpacked, until they finished
+                self._found_done(node, kept=True)
+            else:
+                if node.placement is not None and not node.placement.tier.is_home:
+                    self.placer.drop(node)
+                node.state = State.CACHED
+                self._found_done(node, kept=True)  # it is in the home
         self._reader_done(key)
         self._progress(key)
+
+    def _found_done(self, node: NodeState, kept: bool) -> None:
+        key = node.spec.key
+        self.report.nodes_cached += 1
+        if self._delivers(node.spec, node.open_ended):
+            self.deliverables.done(node.spec.kind)
+            self.checkpoints.delivered = self.deliverables.delivered
+        self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=kept)
+        self.evictor.release_producers(key)
+        self.evictor.maybe_evict(key)
+
+    def _in_home(self, key: str) -> bool:
+        record = self.journal.get(key)
+        return record is not None and (record.checkpoint is not None or record.pack is not None)
+
+    def restore(self, key: str, required: bool = False) -> bool:
+        """Unpack the checkpoint an earlier run packed of node ``key`` (:mod:`sea.pack`) to a tier,
+        linked from its path in the home, where the engine's own cache finds it and the nodes that
+        run read it; it goes once they finished (the pack stays). False when there is none, or it
+        is not as Sea left it. A pack that cannot be read is dropped (a rerun recomputes the node);
+        ``required`` (the resume plan counted on it): that ends the run, in one line."""
+        with self._lock:
+            node, record = self.run.nodes.get(key), self.journal.get(key)
+            if node is None or record is None or record.pack is None or node.placement is not None:
+                return False
+            pack = self.run.pack_path(key)
+            try:
+                st = os.lstat(pack)
+            except OSError:
+                return False
+            if (pack.name, st.st_size, st.st_mtime_ns) != record.pack:
+                return False
+            placement = self.placer.place_unpacked(key, st.st_size)
+        try:
+            made_under = unpack(pack, placement.physical)
+            if self.run.relocate is not None:
+                self.run.relocate(placement.physical, {Path(d): self.home for d in made_under})
+        except Exception as error:  # noqa: BLE001 - a damaged pack: the node is recomputed
+            with self._lock:
+                self.placer.drop(node)
+                node.state, node.replica, node.unpacked = State.WAITING, False, False
+                self.run.forget_pack(key)
+            message = f"the checkpoint of {key} ({pack}) could not be unpacked ({error}); it is dropped"
+            if required:
+                raise SeaError(message + ": run the same command again, and the node is recomputed") from None
+            self.log.warning("[Sea] %s: the node runs again", message)
+            return False
+        with self._lock:
+            size, _ = disk_usage(placement.physical)
+            self.hierarchy.resize(placement.tier, node.size, size)  # it was placed at the pack's size
+            node.size = size
+            self.run.fresh.discard(key)
+            self.report.checkpoints_restored += 1
+        self.log.debug("[Sea] unpacked the checkpoint of %s to %s", key, placement.tier.name)
+        return True
 
     def node_finished(self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = (), memory: int | None = None) -> None:
         """``reads``: paths the node's inputs named; those of files outside the home and the tiers
@@ -441,23 +542,28 @@ class SeaEngine:
             node.state = State.FINISHED
             node.finished = time.monotonic()
             size, files = disk_usage(p.physical)
+            staged_files = 0
             if p.staging_root is not None:
-                size += disk_usage(p.staging_root)[0]
+                staged, staged_files = disk_usage(p.staging_root)
+                size += staged
             separate = self.run.separate_parts(node)
             inside = sum(self.run.nodes[k].size for k in node.parts) - sum(n.size for n in separate)
             node.size = size - inside  # parts inside the directory were settled on their own
             self.hierarchy.settle(p.tier, p.reserved, node.size)
             self.run.sample()
             seconds = node.finished - node.started if node.started else None
-            self.estimator.learn(node.spec.kind, size, seconds)
+            self.estimator.learn(node.spec.kind, size, seconds, files + staged_files)
             self.backpressure.node_ran(seconds, size)
+            if self._delivers(node.spec, node.open_ended):
+                self.deliverables.done(node.spec.kind, size)
+                self.checkpoints.delivered = self.deliverables.delivered
             node.checkpoint = self.checkpoints.decide(
                 key,
                 seconds or 0.0,
                 files,
                 size,
                 self.graph.producers(key),
-                forced=node.in_place or key in self.run.home_dirs or node.spec.persist_dir or self.flusher.is_result(node),
+                forced=node.in_place or key in self.run.home_dirs or node.spec.persist_dir or node.spec.keep_dir or self.flusher.is_result(node),
                 consumed=bool(node.consumers_left) or node.open_ended,
             )
             self.report.nodes_run += 1
@@ -515,7 +621,10 @@ class SeaEngine:
                 return
             node.state = State.FAILED
             self.report.nodes_failed += 1
+            self.report.failed_nodes.append(node.spec.label or key)
             self._ended(node)
+            for producer in self.graph.producers(key):  # what its crash file names, to rerun it by hand
+                self.flusher.bring_home(self.run.nodes[producer])
             p = node.placement
             if p is not None:
                 self.hierarchy.check(p.tier)  # it failed because its tier went: say that, not its traceback
@@ -646,6 +755,10 @@ class SeaEngine:
                 self.flusher.forget_failed()
             self.flusher.settle_unfinished(interrupted, moved)
         report.stager_wait_seconds += self.stager.drain()
+        if moved is None:
+            with self._lock:  # the packs fit the budget of what the run delivered (or, stopped early, expected to)
+                for key in self.checkpoints.trim(final=success and not interrupted):
+                    self.flusher.drop_pack(key)
         if interrupted:
             self.journal.write("interrupted", "", committed=report.files_flushed)
             self.log.warning("[Sea] interrupted: %d files committed home before stopping; nodes that were running will run again", report.files_flushed)
@@ -659,6 +772,8 @@ class SeaEngine:
             by_rule = [n.placement.physical for n in nodes if n.keep and n.placement and not n.placement.tier.is_home]
             lost = self._lost_tier({p.tier for p in failed})  # the copies failed because their tier went
         self.stager.close()
+        if run.records is not None and moved is None:
+            run.records.close(keys=set(self.graph.nodes))
         if self.prefetcher is not None:
             self.prefetcher.close()
             stats = self.prefetcher.stats
@@ -672,6 +787,8 @@ class SeaEngine:
         self.journal.close(compact=moved != "")
         if self.checkpoints.cost.measured:
             self.estimator.copy_home = self.checkpoints.cost.to_dict()
+        if success and not interrupted:
+            self.estimator.delivered = self.deliverables.delivered
         report.kept_dirs = [str(d) for d in self.hierarchy.close(kept, by_rule, reason="their flush home failed" if kept else "")]
         if moved != "":
             self.estimator.save(self._history)
@@ -717,6 +834,11 @@ class SeaEngine:
         report.bytes_evicted = sum(t.stats.bytes_evicted for t in self.hierarchy.fast_tiers)
         report.files_created_home += 4  # the journal, the history, the report and this run's copy of it
         report.checkpoint_mode = self.checkpoints.mode.value
+        policy = self.checkpoints
+        report.checkpoint_budget_bytes = policy.budget.bytes(policy.delivered) if policy.budget.spec is not None else 0
+        report.checkpoint_held_bytes, report.checkpoint_packs = policy.held_bytes(), len(policy.held_keys())
+        report.checkpoints_over_budget, report.checkpoint_stop_reason = policy.over_budget, policy.stopped
+        report.delivered_bytes = policy.delivered
         report.checkpoint_seconds = self.checkpoints.saved_seconds
         worst, report.rerun_worst_seconds = self.checkpoints.worst_rerun()
         report.rerun_worst_node = worst or ""

@@ -28,6 +28,8 @@ class SizeEstimator:
     seconds: dict[str, float] = field(default_factory=dict)  # the last run time seen per kind
     copy_home: dict[str, float] = field(default_factory=dict)  # what a copy home cost (sea.checkpoint.CopyCost)
     memory: dict[str, int] = field(default_factory=dict)  # the most memory a node of each kind was measured to hold
+    files: dict[str, int] = field(default_factory=dict)  # the files a node of each kind made (the last seen)
+    delivered: int = 0  # the bytes the last run delivered home (declared outputs, directories that persist)
 
     def estimate(self, kind: str, input_bytes: int | None = None) -> int:
         if kind in self.learned:
@@ -36,11 +38,13 @@ class SizeEstimator:
             return input_bytes
         return self.learned.get(_interface(kind), self.default)
 
-    def learn(self, kind: str, size: int, seconds: float | None = None) -> None:
+    def learn(self, kind: str, size: int, seconds: float | None = None, files: int | None = None) -> None:
         for key in {kind, _interface(kind)}:
             self.learned[key] = max(size, self.learned.get(key, 0))
         if seconds is not None:
             self.seconds[kind] = seconds
+        if files is not None:
+            self.files[kind] = files
 
     def learn_memory(self, kind: str, nbytes: int) -> bool:
         """A node of ``kind`` held ``nbytes`` of memory at most; True if that is more than any before."""
@@ -55,14 +59,17 @@ class SizeEstimator:
             data = json.loads(Path(path).read_text())
             copy_home = {k: float(v) for k, v in data.get("copy_home", {}).items()}
             memory = {k: int(v) for k, v in data.get("memory", {}).items()}
-            return cls(default, {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()}, copy_home, memory)
+            files = {k: int(v) for k, v in data.get("files", {}).items()}
+            learned, seconds = {k: int(v) for k, v in data["bytes"].items()}, {k: float(v) for k, v in data["seconds"].items()}
+            return cls(default, learned, seconds, copy_home, memory, files, int(data.get("delivered", 0)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return cls(default)  # no history yet, or one we cannot read: start from the defaults
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"bytes": self.learned, "seconds": self.seconds, "copy_home": self.copy_home, "memory": self.memory}, indent=1, sort_keys=True))
+        data = {"bytes": self.learned, "seconds": self.seconds, "copy_home": self.copy_home, "memory": self.memory, "files": self.files, "delivered": self.delivered}
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
         os.replace(tmp, path)
 
 

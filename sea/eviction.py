@@ -86,6 +86,10 @@ class Evictor:
             return  # evicted with its owner
         p = node.placement
         if node.replica:
+            if node.unpacked and run.records is not None:
+                run.records.keep(key, p.physical)
+            if node.unpacked and p.logical.is_symlink():
+                p.logical.unlink()  # the link to an unpacked checkpoint (sea.engine.SeaEngine.restore)
             run.hierarchy.remove(p.physical)
             run.hierarchy.release(p.tier, used=node.size)
             node.evicted = True
@@ -94,6 +98,8 @@ class Evictor:
             if not node.home_recorded:
                 self._record_home_dir(node)
             return
+        if run.records is not None:
+            run.records.keep(key, p.physical, run.made_under())  # node.result reads it after the run
         for part in run.separate_parts(node):
             run.hierarchy.remove(part.placement.physical)
         for part_key in node.parts:

@@ -26,6 +26,7 @@ from pathlib import Path
 from .config import Checkpoints, Mode, Rule, SeaConfigError
 from .eviction import Evictor
 from .graph import WorkflowGraph
+from .pack import PackSource
 from .placement import Placer
 from .run_state import NodeState, Run, State
 from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, temporary_name, walk_files
@@ -105,15 +106,34 @@ class Flusher:
             node.keep |= mode is Mode.KEEP
             if mode.flushes:
                 files.append((src, copy_dir / rel))
+        priority = self._priority(node)
+        if files and priority == CHECKPOINT and len(files) == all_files:  # auto's own choice, whole: one file
+            members = [(src, str(dst.relative_to(copy_dir))) for src, dst in files]
+            batch = FlushBatch(key, [(PackSource(members, self.run.made_under()), self.run.pack_path(key))], self.pack_committed)
+            self._optional[key] = batch
+            self.submit(node, batch, priority)
+            return
         if files:
             node.home_copy = copy_dir
             node.home_copy_complete = len(files) == all_files
             # a directory the workflow delivers goes with the declared outputs; one that must go home
             # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
-            batch, priority = FlushBatch(key, files, self.dir_committed), self._priority(node)
+            batch = FlushBatch(key, files, self.dir_committed)
             if priority == CHECKPOINT:
                 self._optional[key] = batch
             self.submit(node, batch, priority)
+
+    def bring_home(self, node: NodeState) -> None:
+        """``node``'s directory comes home whole, as under the engine's own plugin: a consumer of it
+        failed, and its crash file names it (to rerun that node by hand)."""
+        p = node.placement
+        if p is None or p.tier.is_home or node.evicted or node.state is not State.FINISHED or node.part_of or node.home_copy is not None:
+            return
+        copy = p.logical.parent / temporary_name(p.logical.name, "dir")
+        files = [(src, copy / rel) for src, rel in self.node_files(node)]
+        if files:
+            node.home_copy, node.home_copy_complete, node.checkpoint = copy, True, True
+            self.submit(node, FlushBatch(node.spec.key, files, self.dir_committed), KEPT)
 
     def give_up_checkpoint(self, node: NodeState) -> bool:
         """``node``'s directory is done with (every consumer finished) and waits only for its
@@ -142,7 +162,7 @@ class Flusher:
     def _priority(self, node: NodeState) -> int:
         if node.spec.persist_dir:
             return DECLARED
-        if self.run.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.key in self.run.home_dirs or self.is_result(node)):
+        if self.run.checkpoints.mode is Checkpoints.AUTO and not (node.in_place or node.spec.keep_dir or node.spec.key in self.run.home_dirs or self.is_result(node)):
             return CHECKPOINT
         return KEPT
 
@@ -180,6 +200,8 @@ class Flusher:
         run.report.files_flushed += len(batch.committed)
         run.report.bytes_written_home += batch.bytes
         run.report.files_created_home += len(batch.committed)
+        if run.homespace is not None:
+            run.homespace.wrote(batch.bytes)
         run.report.flush_retries += batch.retries
         for nbytes, seconds in batch.timings:
             run.checkpoints.cost.observe(nbytes, seconds)
@@ -200,6 +222,54 @@ class Flusher:
                 run.journal.write("committed", batch.key, files=files)
             self.evictor.maybe_evict(batch.key)
         run.wake()
+
+    def pack_committed(self, batch: FlushBatch) -> None:
+        """An ``auto`` checkpoint's pack is home (the journal vouches for it from now on), or it was
+        given up, or its copy failed: that stops checkpointing for the run, never the run."""
+        run, key = self.run, batch.key
+        node = run.nodes[key]
+        self._optional.pop(key, None)
+        self._done_with.discard(key)
+        with run.lock:
+            if batch.committed and not batch.abandoned and not batch.errors:
+                _, size, mtime_ns = batch.committed[0]
+                run.journal.write("packed", key, pack=run.pack_path(key).name, size=size, mtime_ns=mtime_ns, needs=list(node.needs))
+                node.home_recorded = True
+                run.report.checkpoints += 1
+                run.report.checkpoint_bytes += size
+                run.report.checkpoint_files += 1
+                run.report.checkpoint_packs_made += 1
+                run.report.checkpoint_pack_bytes += size
+                for victim in run.checkpoints.committed(key, size):
+                    self.drop_pack(victim)
+            else:
+                node.checkpoint = False
+                if batch.failed_optional:
+                    run.report.checkpoints_failed += 1
+                    if run.checkpoints.failed(key, batch.failed_optional):
+                        run.log.warning("[Sea] a checkpoint could not be copied home (%s); no more checkpoints in this run, which goes on", batch.failed_optional)
+                        run.stager.abandon(CHECKPOINT)  # those queued are dropped too: their directories may go
+                else:
+                    run.checkpoints.abandoned(key)
+                    run.report.checkpoints_abandoned += 1
+            self._settle_batch(batch)
+            self.evictor.maybe_evict(key)
+        run.wake()
+
+    def drop_pack(self, key: str) -> None:
+        """Remove ``key``'s pack from the home (a better one takes its room, or the budget's trim)."""
+        run = self.run
+        run.journal.write("dropped", key)
+        try:
+            run.pack_path(key).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            run.log.warning("[Sea] could not remove the checkpoint %s (%s)", run.pack_path(key), exc.strerror or exc)
+        node = run.nodes.get(key)
+        if node is not None:
+            node.checkpoint = node.home_recorded = False
+        run.report.checkpoints_dropped += 1
 
     def dir_committed(self, batch: FlushBatch) -> None:
         run = self.run

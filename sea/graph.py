@@ -31,6 +31,7 @@ class NodeSpec:
     upstream: tuple[tuple[str, str], ...] = ()  # (producer key, edge label)
     sink_destination: Path | None = None
     persist_dir: bool = False  # flush the whole directory home (a sink that writes into its own dir)
+    keep_dir: bool = False  # the engine is told to keep its directory (Nipype's remove_unnecessary_outputs: false): home whole, as with checkpoints: all
     reuses_dir: bool = False  # a rerun reuses parts of its directory (a MapNode's sub-nodes): it reruns in it
     label: str = ""  # what a person calls it (a Pydra task and node name), if not its key
     memory: int = 0  # bytes of memory it declares it uses (Nipype's mem_gb); 0: not declared

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger("sea")
-EVENTS = {"started", "done", "committed", "evicted", "checkpointed", "forgotten", "interrupted"}
+EVENTS = {"started", "done", "committed", "evicted", "checkpointed", "packed", "dropped", "forgotten", "interrupted"}
 
 
 @dataclass
@@ -39,6 +39,9 @@ class NodeRecord:
     checkpoint: int | None = None
     needs: tuple[str, ...] = ()
     reads: dict[str, tuple[int, int]] = field(default_factory=dict)  # input data it read: path -> (size, mtime_ns)
+    # its directory is packed in the home (sea.pack): the pack's name in .sea/checkpoints, its size
+    # and st_mtime_ns (another file put there is not it), and the nodes its results name (as above)
+    pack: tuple[str, int, int] | None = None
 
 
 class Journal:
@@ -54,6 +57,7 @@ class Journal:
             self._compact()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
+        self.bytes = self._file.tell()  # its size in the home (what it adds to what Sea leaves there)
         self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_lines, name="sea-journal", daemon=True)
         self._writer.start()
@@ -121,6 +125,17 @@ class Journal:
             rec.committed.update(files)
         elif event == "evicted":
             self.records.setdefault(key, NodeRecord()).evicted = True
+        elif event == "packed":
+            name, size, mtime_ns = _text(entry["pack"]), int(entry["size"]), int(entry["mtime_ns"])
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"not a pack's name: {name!r}")
+            needs = tuple(_text(n) for n in entry.get("needs", ()))
+            rec = self.records.setdefault(key, NodeRecord())
+            rec.pack, rec.needs = (name, size, mtime_ns), needs
+        elif event == "dropped":
+            rec = self.records.get(key)
+            if rec is not None:
+                rec.pack = None
         elif event == "checkpointed":
             checkpoint, needs = int(entry["mtime_ns"]), tuple(_text(n) for n in entry.get("needs", ()))
             rec = self.records.setdefault(key, NodeRecord())
@@ -135,7 +150,9 @@ class Journal:
             if event == "interrupted":
                 self.stopped = entry
             self._apply(entry)
-            self._lines.put(json.dumps(entry, sort_keys=True) + "\n")
+            line = json.dumps(entry, sort_keys=True) + "\n"
+            self.bytes += len(line)
+            self._lines.put(line)
 
     def close(self, compact: bool = True) -> None:
         """Rewrite the journal as one record per node (so it does not grow with every rerun);
@@ -186,4 +203,7 @@ def _entries(key: str, rec: NodeRecord) -> list[dict]:
         entries.append({"event": "evicted", "key": key})
     if rec.checkpoint is not None:
         entries.append({"event": "checkpointed", "key": key, "mtime_ns": rec.checkpoint, "needs": list(rec.needs)})
+    if rec.pack is not None:
+        name, size, mtime_ns = rec.pack
+        entries.append({"event": "packed", "key": key, "pack": name, "size": size, "mtime_ns": mtime_ns, "needs": list(rec.needs)})
     return entries

@@ -88,6 +88,7 @@ class Placer:
             root = tier.workdir / STAGING_DIR / f"{run.graph.index(key):05d}"
             node.placement.staging_root = root
             node.placement.staging = root / node.spec.sink_destination.relative_to("/")
+        run.forget_pack(key)  # it runs again: an earlier run's pack of it is not its directory any more
         run.journal.write("started", key, chain=run.graph.chain(key))
         run.log.debug("[Sea] placed %s on %s (estimate %s)", key, tier.name, format_size(estimate))
         return node.placement
@@ -159,6 +160,28 @@ class Placer:
         run.report.bytes_received += size
         self._inputs_moved(key)
         return physical
+
+    def place_unpacked(self, key: str, size: int) -> Placement:
+        """A directory to unpack node ``key``'s pack into (a rerun reuses it, and a node that runs
+        reads it), linked from its path in the home; like a replica, it is never flushed and is
+        evicted once its consumers finished (the pack stays)."""
+        run = self.run
+        node = run.nodes[key]
+        tier = run.hierarchy.choose(size)
+        logical = run.home / key
+        run.makedirs(logical.parent)
+        if logical.is_symlink():
+            logical.unlink()
+        physical = logical if tier.is_home else tier.workdir / key
+        run.hierarchy.remove(physical)
+        physical.mkdir(parents=True)
+        if not tier.is_home:
+            os.symlink(physical, logical, target_is_directory=True)
+            run.report.files_created_home += 1
+        node.placement = Placement(key, logical, physical, tier, size)
+        node.state, node.replica, node.unpacked, node.evicted, node.size = State.FINISHED, True, True, False, size
+        run.hierarchy.settle(tier, size, size)
+        return node.placement
 
     def drop(self, node: NodeState) -> None:
         """Remove a placed directory (and its link, and a sink's staging area): it runs again."""

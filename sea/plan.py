@@ -24,6 +24,7 @@ from .prefetch import PAYS_FROM
 from .sizes import format_size
 
 DEFAULT_SECONDS = 1.0  # a node's run time before any run measured it
+DEFAULT_FILES = 8  # files in a node directory before any run counted them (a Nipype node's own are 6 to 8)
 
 
 @dataclass
@@ -32,6 +33,55 @@ class PlanInput:
     specs: list[NodeSpec]
     input_bytes: int
     poll_seconds: float = 0.0  # the engine's own plugin sleeps this long between two scheduling rounds (MultiProc's poll)
+
+
+SEA_FILES = 5  # Sea's own in the home: the journal, the history, the report and its copy in the list of runs, the records
+
+
+@dataclass
+class Footprint:
+    """What a run leaves in its home (the work directory, on the shared filesystem), as planned."""
+
+    result_bytes: float  # directories nothing consumes (the workflow's results), kept whole
+    result_files: float
+    checkpoint_bytes: float  # at most: the budget of what the run delivers
+    delivered_bytes: float  # declared outputs (at their destinations) and the results
+    engine_bytes: float  # under the engine's own plugin: every node directory
+    engine_files: float
+    budget: str = ""
+
+    @property
+    def bytes(self) -> float:
+        return self.result_bytes + self.checkpoint_bytes
+
+    def to_text(self) -> str:
+        return "\n".join([
+            f"  left in base_dir (on the shared filesystem): at most {format_size(self.bytes)}, in {self.result_files + SEA_FILES:.0f} files and the checkpoints'",
+            f"    results kept whole {format_size(self.result_bytes)} ({self.result_files:.0f} files); checkpoints at most {format_size(self.checkpoint_bytes)}, "
+            f"one file each (checkpoint_budget {self.budget} of the {format_size(self.delivered_bytes)} delivered); Sea's own {SEA_FILES} files",
+            f"    under MultiProc: {format_size(self.engine_bytes)} in {self.engine_files:.0f} files",
+        ])  # fmt: skip
+
+
+def footprint(graph: WorkflowGraph, sizes: dict[str, float], files: dict[str, float], config: SeaConfig) -> Footprint:
+    """What :class:`Footprint` says, from each node's estimated bytes and files."""
+    from .checkpoint import Budget
+    from .config import Checkpoints
+
+    results = [k for k, s in graph.nodes.items() if not graph.consumers(k) and s.sink_destination is None]
+    kept = list(graph.nodes) if config.checkpoint_mode is Checkpoints.ALL else [*results, *(k for k, s in graph.nodes.items() if s.keep_dir or s.persist_dir)]
+    kept = list(dict.fromkeys(kept))
+    delivered = sum(sizes[k] for k, s in graph.nodes.items() if s.sink_destination is not None) + sum(sizes[k] for k in results)
+    budget = Budget(config.checkpoint_budget).bytes(int(delivered)) if config.checkpoint_mode is Checkpoints.AUTO else 0
+    return Footprint(
+        result_bytes=sum(sizes[k] for k in kept),
+        result_files=sum(files[k] for k in kept),
+        checkpoint_bytes=budget,
+        delivered_bytes=delivered,
+        engine_bytes=sum(sizes.values()),
+        engine_files=sum(files.values()),
+        budget=config.checkpoint_budget if config.checkpoint_mode is Checkpoints.AUTO else f"unused: checkpoints {config.checkpoint_mode.value}",
+    )
 
 
 @dataclass
@@ -44,6 +94,7 @@ class Plan:
     shared: Prediction
     sea: Prediction
     poll_seconds: float = 0.0
+    footprint: Footprint | None = None
 
     def to_text(self) -> str:
         kinds: dict[str, list[float]] = {}
@@ -57,6 +108,7 @@ class Plan:
             *(f"    {tier:<28} {format_size(peak)}" for tier, peak in self.simulation.peak_bytes.items()),
             f"  spills: {self.simulation.spills}; live working set: {format_size(self.simulation.live_peak)}",
             f"  persisted home: {format_size(self.workload.output_bytes)} of declared outputs",
+            *([self.footprint.to_text()] if self.footprint is not None else []),
             f"  makespan, MultiProc, everything on the shared FS: {self.shared.lower:.1f}-{self.shared.upper:.1f} s"
             + (f" (of which {self.shared.wait_seconds:.1f} s its {self.poll_seconds:g} s poll: execution.poll_sleep_duration)" if self.poll_seconds else ""),
             f"  makespan, Sea (wakes when a node ends):  {self.sea.lower:.1f}-{self.sea.upper:.1f} s"
@@ -75,10 +127,12 @@ def make_plan(
     learned: bool,
     poll_seconds: float = 0.0,
     prefetch: bool | str = False,
+    config: SeaConfig | None = None,
 ) -> Plan:
     """``prefetch``: the configuration's ``prefetch.enabled``; ``auto`` counts as on where the first
     tier reads the inputs :data:`sea.prefetch.PAYS_FROM` times as fast as the shared filesystem."""
     sizes = {k: float(history.estimate(s.kind)) for k, s in graph.nodes.items()}
+    files = {k: float(history.files.get(s.kind, DEFAULT_FILES)) for k, s in graph.nodes.items()}
     seconds = {k: history.seconds.get(s.kind, DEFAULT_SECONDS) for k, s in graph.nodes.items()}
     home = TierModel("home", float("inf"), shared)
     sim = simulate(graph, sizes, seconds, [*tiers, home], processes)
@@ -104,6 +158,7 @@ def make_plan(
         shared=replace(predict_shared(workload, shared), wait_seconds=poll_seconds * _rounds(graph, processes)),
         sea=predict_sea(workload, tiers, shared, sim.live_peak, prefetch=bool(prefetch)),
         poll_seconds=poll_seconds,
+        footprint=footprint(graph, sizes, files, config or SeaConfig()),
     )
 
 

@@ -93,6 +93,7 @@ class RunReport:
     nodes_run: int = 0
     nodes_cached: int = 0  # the engine's own cache check, or Sea's resume plan
     nodes_failed: int = 0
+    failed_nodes: list[str] = field(default_factory=list)  # their names
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
@@ -127,6 +128,17 @@ class RunReport:
     checkpoint_files: int = 0
     checkpoints_abandoned: int = 0  # auto's checkpoints not copied: the run ended before their turn
     checkpoint_files_dropped: int = 0  # ... files of theirs already copied home, then removed (counted as created)
+    checkpoints_failed: int = 0  # auto's checkpoints whose copy failed (no space, over quota, I/O): dropped
+    checkpoint_stop_reason: str = ""  # ... the first such failure: no more checkpoints after it
+    checkpoints_dropped: int = 0  # packs removed from the home: a better one took their room, or the budget's trim
+    checkpoint_packs_made: int = 0  # auto's packs this run copied home (of checkpoints)
+    checkpoint_pack_bytes: int = 0  # ... their bytes
+    checkpoints_restored: int = 0  # packs unpacked to a tier for a rerun (sea.engine.SeaEngine.restore)
+    checkpoints_over_budget: int = 0  # checkpoints worth their copy but not kept: no room in the budget
+    checkpoint_budget_bytes: int = 0  # what checkpoints may hold (checkpoint_budget, of what the run delivered); 0: no limit
+    checkpoint_held_bytes: int = 0  # what auto's packs hold in the home at the end (this run's and earlier runs' still in use)
+    checkpoint_packs: int = 0  # ... how many
+    delivered_bytes: int = 0  # what the run delivered home: declared outputs, directories that persist, results
     checkpoint_seconds: float = 0.0  # recomputation the directories kept in the home spare a rerun that needs them
     rerun_worst_seconds: float = 0.0  # the most a rerun would recompute (evicted producers) to feed one node ...
     rerun_worst_node: str = ""  # ... that one
@@ -214,16 +226,7 @@ class RunReport:
                 + (f"; stopped (auto): {_measured(self.prefetch_slowdown)}" if self.prefetch_stopped else "")
             )
         if self.checkpoint_mode:
-            lines.append(
-                f"  checkpoints ({self.checkpoint_mode}): {self.checkpoints} node directories copied home "
-                f"({format_size(self.checkpoint_bytes)}, {self.checkpoint_files} files"
-                + (f"; {self.checkpoints_abandoned} left out: their copy could not start when their directory was done with, or the run ended first" if self.checkpoints_abandoned else "")
-                + (f", {self.checkpoint_files_dropped} files of theirs already copied removed" if self.checkpoint_files_dropped else "")
-                + "), sparing a rerun "
-                f"{self.checkpoint_seconds:.1f} s of recomputation; a rerun would recompute at most "
-                f"{self.rerun_worst_seconds:.1f} s of evicted producers to feed one node"
-                + (f" ({self.rerun_worst_node})" if self.rerun_worst_node else "")
-            )
+            lines += self._checkpoint_lines()
         if any(v for k, v in self.rerun_plan.items() if k != "changed"):
             lines.append("  rerun: " + ", ".join(f"{v} {k}" for k, v in self.rerun_plan.items()))
         if self.nodes_recomputed:
@@ -241,6 +244,36 @@ class RunReport:
             lines.append(f"  KEPT on a tier: {kept} (no later run removes it; `sea recover {kept}` brings its copies home)")
         lines.append("  `sea report BASE_DIR --plot usage.png` draws tier usage and the stager's queue over time; `--list` lists every run")
         return "\n".join(lines)
+
+
+    def _checkpoint_lines(self) -> list[str]:
+        """What the checkpoints left in the home, within what budget, and what they spare a rerun."""
+        dirs = self.checkpoints - self.checkpoint_packs_made
+        lines = []
+        if self.checkpoint_mode == "auto":
+            budget = (
+                f"budget {format_size(self.checkpoint_budget_bytes)} for {format_size(self.delivered_bytes)} delivered"
+                if self.checkpoint_budget_bytes or self.delivered_bytes
+                else "no budget"
+            )
+            lines.append(
+                f"  checkpoints (auto, {budget}): {self.checkpoint_packs} packs in the home ({format_size(self.checkpoint_held_bytes)}, "
+                f"one file each)"
+                + (f"; {self.checkpoint_packs_made} made in this run" if self.checkpoint_packs_made else "")
+                + (f", {self.checkpoints_restored} unpacked for it" if self.checkpoints_restored else "")
+                + (f", {self.checkpoints_dropped} dropped for better ones or to fit the budget" if self.checkpoints_dropped else "")
+                + (f", {self.checkpoints_over_budget} left out for want of room in it" if self.checkpoints_over_budget else "")
+                + (f", {self.checkpoints_abandoned} left out as their copy could not start in time" if self.checkpoints_abandoned else "")
+            )
+        if dirs > 0:
+            lines.append(f"  node directories copied home whole: {dirs} ({format_size(self.checkpoint_bytes - self.checkpoint_pack_bytes)}, {self.checkpoint_files - self.checkpoint_packs_made} files)")
+        if self.checkpoints_failed:
+            lines.append(f"  checkpoints stopped: {self.checkpoints_failed} could not be copied home ({self.checkpoint_stop_reason}); the run went on without them")
+        lines.append(
+            f"  a rerun that needs them is spared {self.checkpoint_seconds:.1f} s of recomputation; it would recompute at most "
+            f"{self.rerun_worst_seconds:.1f} s of evicted producers to feed one node" + (f" ({self.rerun_worst_node})" if self.rerun_worst_node else "")
+        )
+        return lines
 
 
 _FIELDS = {f for f in RunReport.__dataclass_fields__}
@@ -270,7 +303,8 @@ _SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexe
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",
-           "checkpoint_files_dropped", "subnodes")  # fmt: skip
+           "checkpoint_files_dropped", "subnodes", "checkpoints_failed", "checkpoints_dropped", "checkpoints_over_budget",
+           "checkpoint_packs_made", "checkpoint_pack_bytes", "checkpoints_restored", "delivered_bytes")  # fmt: skip
 
 
 def combine_tiers(tiers: list[TierReport]) -> list[TierReport]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .graph import WorkflowGraph
 from .journal import Journal, NodeRecord
+from .pack import pack_path
 from .run_state import NodeState, Run
 from .stager import sweep_temporaries
 
@@ -42,6 +43,7 @@ class RerunPlan:
     consumer that needs an evicted node."""
 
     skip: set[str] = field(default_factory=set)
+    restore: set[str] = field(default_factory=set)  # skipped, packed, and read by a node that runs: unpacked to a tier first
     status: dict[str, str] = field(default_factory=dict)
     needed_by: dict[str, str] = field(default_factory=dict)  # evicted key -> a consumer that runs
 
@@ -76,13 +78,15 @@ def plan_rerun(graph: WorkflowGraph, journal: Journal | Mapping[str, NodeRecord]
     for key in order:  # producers first: a node made from a changed one changed too
         reusable[key] = all(reusable[p] for p in graph.producers(key)) and _reusable(journal.get(key), graph, key)
         # a checkpoint needs the directories its results name in the home too
-        in_home[key] = reusable[key] and _checkpoint_in_home(journal.get(key), home / key, in_home, home)
+        in_home[key] = reusable[key] and (_checkpoint_in_home(journal.get(key), home / key, in_home, home) or _packed(journal.get(key), home, key, in_home))
     for key in reversed(order):
         runs = [c for c in graph.consumers(key) if c not in plan.skip]
         persist = graph.nodes[key].persist_dir
         if reusable[key] and (in_home[key] or (not runs and not persist)):
             plan.skip.add(key)
             plan.status[key] = REUSED
+            if runs and journal.get(key).pack is not None and journal.get(key).checkpoint is None:
+                plan.restore.add(key)
         elif reusable[key]:
             plan.status[key] = EVICTED
             plan.needed_by[key] = runs[0] if runs else key
@@ -123,6 +127,21 @@ def _checkpoint_in_home(record: NodeRecord, logical: Path, in_home: dict[str, bo
     except OSError:
         return False
     if st.st_mtime_ns != record.checkpoint:
+        return False
+    return all(in_home.get(needed, False) or _real_dir(home / needed) for needed in record.needs)
+
+
+def _packed(record: NodeRecord, home: Path, key: str, in_home: dict[str, bool]) -> bool:
+    """The node's pack is in the home as Sea left it, nothing else stands at its path (a directory
+    there is the engine's to check), and the directories its results name are in the home too."""
+    if record.pack is None or os.path.lexists(home / key) and not os.path.islink(home / key):
+        return False
+    name, size, mtime_ns = record.pack
+    try:
+        st = os.lstat(pack_path(home, key))
+    except OSError:
+        return False
+    if pack_path(home, key).name != name or st.st_size != size or st.st_mtime_ns != mtime_ns:
         return False
     return all(in_home.get(needed, False) or _real_dir(home / needed) for needed in record.needs)
 

@@ -23,7 +23,10 @@ from .config import SeaConfig
 from .console import SeaError
 from .estimate import SizeEstimator
 from .graph import NodeSpec, WorkflowGraph
+from .homespace import HomeSpace
 from .journal import Journal
+from .pack import pack_path
+from .records import Records
 from .report import RunReport, peak_concurrent_bytes
 from .stager import Stager, walk_files
 from .tiers import StorageHierarchy, Tier
@@ -85,6 +88,7 @@ class NodeState:
     home_recorded: bool = False  # the journal says its directory is in the home (a checkpoint)
     needs: tuple[str, ...] = ()  # other nodes whose directories its results name
     replica: bool = False  # a copy of a directory made on another machine, for consumers here
+    unpacked: bool = False  # ... or unpacked from its checkpoint's pack, linked from the home (SeaEngine.restore)
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
     parts: list[str] = field(default_factory=list)
 
@@ -105,6 +109,8 @@ class Run:
     report: RunReport
     relocate: Callable[[Path, dict[Path, Path]], Iterable[str]] | None = None
     wake: Callable[[], None] = lambda: None
+    records: Records | None = None  # the nodes' result records, kept as their directories go (sea.records)
+    homespace: HomeSpace | None = None  # what the home can still take (sea.homespace)
     graph: WorkflowGraph = field(default_factory=WorkflowGraph)
     nodes: dict[str, NodeState] = field(default_factory=dict)
     skip: set[str] = field(default_factory=set)  # nodes the resume plan found done
@@ -123,6 +129,23 @@ class Run:
     @property
     def lock(self):
         return self.hierarchy.lock
+
+    def made_under(self) -> list[str]:
+        """The directories node directories are made under (a tier's, the home's parts), which
+        their result files name: rewritten for the home when one is put there."""
+        return [str(t.workdir) for t in self.hierarchy.fast_tiers] + [str(self.home / ".sea" / "parts")]
+
+    def pack_path(self, key: str) -> Path:
+        """Where node ``key``'s checkpoint is packed in the home (:mod:`sea.pack`)."""
+        return pack_path(self.home, key)
+
+    def forget_pack(self, key: str) -> None:
+        """Node ``key`` runs again: the pack an earlier run left of it is no longer its directory."""
+        record = self.journal.get(key)
+        if record is not None and record.pack is not None:
+            self.journal.write("dropped", key)
+            self.pack_path(key).unlink(missing_ok=True)
+            self.checkpoints.forget(key)
 
     def separate_parts(self, node: NodeState) -> list[NodeState]:
         """Parts placed away from their owner's directory (reached through a link in it)."""

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from .console import SeaError
 from .durable import BatchSync, fsync_dir
+from .pack import PackSource
 
 logger = logging.getLogger("sea")
 
@@ -76,6 +77,8 @@ def stage_copy(
     leaves nothing, and raises :class:`Yielded`. The destination's directory is made if missing,
     once ``guard`` (if given) did not raise: the engine's says the home is still where the run
     started, so that no copy makes a new home in place of one moved away."""
+    if isinstance(src, PackSource):
+        return _stage_pack(src, dst, interrupt, sync, guard)
     st = os.lstat(src)
     if stat.S_ISDIR(st.st_mode):
         _make_dirs(dst, guard)
@@ -107,6 +110,27 @@ def stage_copy(
             raise
     finally:
         os.close(fin)
+    return tmp, size, copied
+
+
+def _stage_pack(
+    src: PackSource, dst: Path, interrupt: Callable[[], bool] | None, sync: bool, guard: Callable[[], None] | None
+) -> tuple[Path, int, os.stat_result]:
+    """:func:`stage_copy` for a pack (:mod:`sea.pack`): its members written as one file, readable
+    by its owner only (it holds the engine's pickles)."""
+    tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
+    fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), guard)
+    try:
+        try:
+            size = src.write(fout, interrupt, copy=_copy_data)
+            copied = os.fstat(fout)
+            if sync:
+                os.fsync(fout)
+        finally:
+            os.close(fout)
+    except BaseException:
+        _unlink(tmp)
+        raise
     return tmp, size, copied
 
 
@@ -174,7 +198,9 @@ def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int
     return size
 
 
-def _size(path: Path) -> int:
+def _size(path: Path | PackSource) -> int:
+    if isinstance(path, PackSource):
+        return path.nbytes
     try:
         return os.lstat(path).st_size
     except OSError:
@@ -230,6 +256,18 @@ def walk_files(root: Path, empty_dirs: bool = False):
                 yield Path(entry.path)
 
 
+def _failed(batch: FlushBatch, message: str, files: list[tuple[Path, Path]] = ()) -> None:
+    """One of ``batch``'s copies failed for good. An optional copy's failure is no error of the run:
+    the batch settles as abandoned, the failure kept in ``failed_optional`` (the caller drops the
+    checkpoint and stops making more)."""
+    with batch._lock:
+        if batch._priority == CHECKPOINT:
+            batch.failed_optional = batch.failed_optional or message
+            batch.abandoned.extend(files)
+        else:
+            batch.errors.append(message)
+
+
 def _destination_vanished(exc: OSError, src: Path) -> bool:
     """ENOENT with the source still there: someone removed the destination's directory (a user
     cleaning up, another node on the shared filesystem); the next attempt makes it again."""
@@ -272,6 +310,7 @@ class FlushBatch:
     _sync_seconds: float = 0.0
     _writing: int = 0  # of its files, being written by a thread now
     cancelled: bool = False  # given up before any of it was written (Stager.cancel): settled then
+    failed_optional: str = ""  # an optional copy that failed (out of space, over quota, I/O): why; it settles abandoned
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -399,6 +438,11 @@ class Stager:
                 return
             if step == WRITE and batch.cancelled:
                 continue  # given up (cancel): it settled then
+            if step == WRITE and batch.failed_optional:  # an optional copy failed: the rest of it is not written
+                with batch._lock:
+                    batch.abandoned.append((src, dst))
+                self._step_done(batch, priority)
+                continue
             try:
                 if step == RENAME:
                     self._rename(batch, dst)
@@ -414,9 +458,9 @@ class Stager:
                     self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
                     continue
             except Exception as exc:  # noqa: BLE001 - a thread that dies would leave its batch unsettled, drain() waiting
-                logger.exception("[Sea] copying %s to %s failed", src, dst)
-                with batch._lock:
-                    batch.errors.append(f"could not copy {src} to {dst}: {exc}")
+                if priority != CHECKPOINT:
+                    logger.exception("[Sea] copying %s to %s failed", src, dst)
+                _failed(batch, f"could not copy {src} to {dst}: {exc}", [(src, dst)])
             self._step_done(batch, priority)
 
     def abandon(self, priority: int) -> int:
@@ -455,8 +499,11 @@ class Stager:
             try:
                 batch._sync.sync_data()
             except OSError as exc:  # nothing of it is known to be durable: none of it goes in place
-                logger.error("[Sea] could not make the copies of %s durable (%s); the sources are kept", batch.key, exc.strerror or exc)
-                batch.errors.extend(f"could not copy {src} to {dst}: {exc.strerror or exc}" for dst, (src, *_) in batch._staged.items())
+                if batch._priority != CHECKPOINT:
+                    logger.error("[Sea] could not make the copies of %s durable (%s); the sources are kept", batch.key, exc.strerror or exc)
+                staged = [(src, dst) for dst, (src, *_) in batch._staged.items()]
+                for src, dst in staged:
+                    _failed(batch, f"could not copy {src} to {dst}: {exc.strerror or exc}", [(src, dst)])
                 rename = False
             batch._sync_seconds += time.perf_counter() - start
         if rename:
@@ -478,8 +525,9 @@ class Stager:
                 batch._sync.sync_dirs()
             except OSError as exc:
                 message = f"could not make the copies of {batch.key} durable: {exc.strerror or exc}"
-                logger.error("[Sea] %s", message)
-                batch.errors.append(message)
+                if batch._priority != CHECKPOINT:
+                    logger.error("[Sea] %s", message)
+                _failed(batch, message)
             batch._sync_seconds += time.perf_counter() - start
         if batch.timings and batch._sync_seconds:  # each file's share of the batch's syncs (the copy cost model learns it)
             share = batch._sync_seconds / len(batch.timings)
@@ -563,11 +611,12 @@ class Stager:
                     batch.abandoned.append((src, dst))
                 return True
             except SeaError as exc:  # the guard refused to make a directory: the home moved away
-                message = f"could not copy {src} to {dst}: {exc}"
-                with batch._lock:
-                    batch.errors.append(message)
+                _failed(batch, f"could not copy {src} to {dst}: {exc}", [(src, dst)])
                 return True
             except OSError as exc:
+                if batch._priority == CHECKPOINT:  # optional: never tried again, never an error of the run
+                    _failed(batch, f"could not copy {src} to {dst}: {exc.strerror or exc}", [(src, dst)])
+                    return True
                 if tries < self._retries and (exc.errno in TRANSIENT or _destination_vanished(exc, src)):
                     logger.warning("[Sea] copying %s to %s failed (%s); trying again", src, dst, exc.strerror or exc)
                     with batch._lock:

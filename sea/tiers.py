@@ -259,6 +259,13 @@ class StorageHierarchy:
             tier.stats.bytes_written += actual
             tier.note_usage()
 
+    def resize(self, tier: Tier, before: int, after: int) -> None:
+        """A directory held on ``tier`` measured ``after`` bytes, not the ``before`` it was counted at."""
+        with self.lock:
+            tier.used += after - before
+            tier.stats.bytes_written += after - before
+            tier.note_usage()
+
     def release(self, tier: Tier, reserved: int = 0, used: int = 0) -> None:
         with self.lock:
             tier.reserved -= reserved

@@ -78,6 +78,15 @@ def explode(in_file):
     raise RuntimeError(f"this node fails on purpose ({in_file})")
 
 
+def explode_if(in_file, flag):
+    """Fails while the file ``flag`` exists (a bug the user then fixes), else hands ``in_file`` on."""
+    import os
+
+    if os.path.exists(flag):
+        raise RuntimeError(f"this node fails while {flag} exists")
+    return in_file
+
+
 def write_big(in_file, mib):
     """Writes ``mib`` MiB: too much for a small tier, to provoke 'No space left on device'."""
     import os

@@ -100,17 +100,20 @@ def test_dwi_mrtrix_runs_on_the_busy_filesystem(tmp_path):
 
 
 def test_rerun_benchmark_smoke_runs_its_three_steps(tmp_path):
-    """benchmarks.reruns end to end at smoke size (A and C, the bare disk): first run, rerun after a
-    changed option, resume after a kill, each compared with A's outputs; the table and its targets."""
+    """benchmarks.reruns end to end at smoke size (A and C, the bare disk, the incrementation chain;
+    fmri_preproc takes the same steps): first run and what it leaves in the work directory, rerun
+    after a late step changed, resume after a kill, each compared with A's outputs; the table and
+    issue 32's targets."""
     command = [sys.executable, "-m", "benchmarks.reruns", "--size", "smoke", "--reps", "1", "--throttles", "unloaded",
-               "--configs", "A,C", "--out", str(tmp_path)]  # fmt: skip
+               "--workloads", "incrementation", "--configs", "A,C", "--out", str(tmp_path)]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     text = (tmp_path / "reruns-smoke.md").read_text()
     assert "| A MultiProc" in text and "| C SeaMultiProc" in text, text
-    assert "| rerun: C within 1.2x of A's rerun |" in text and "Outputs identical to A's at every step: yes." in text, text
-    steps = {(s["config"], s["step"]) for s in json.loads((tmp_path / "reruns-smoke.json").read_text())["steps"]}
-    assert steps == {(c, s) for c in ("A", "C") for s in ("first", "rerun", "resumed")}
+    assert "| rerun after a late change: C / A <= 1.2 |" in text and "| work directory: A's files / C's >= 20 |" in text, text
+    assert "Outputs identical to A's at every step: yes." in text, text
+    steps = {(s["workload"], s["config"], s["step"]) for s in json.loads((tmp_path / "reruns-smoke.json").read_text())["steps"]}
+    assert steps == {("incrementation", c, s) for c in ("A", "C") for s in ("first", "rerun", "resumed")}
     assert not list(Path("/dev/shm").glob("sea-bench-run-*")) and not list(Path("/var/tmp").glob("sea-bench-run-*"))
 
 

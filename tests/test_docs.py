@@ -26,6 +26,7 @@ from slurm_cluster import single_host_slurm
 
 from sea.cli import main as sea_cli
 from sea.journal import Journal
+from sea.pack import pack_path
 from sea.report import MemoryReport, RunReport, WorkerReport
 from sea.sizes import parse_size
 
@@ -489,9 +490,10 @@ def test_progress_capture_is_what_a_terminal_shows(tmp_path):
 
 def test_how_it_works_diagram_is_the_home_after_a_run(tmp_path, shm_dir):
     """how-it-works.md's diagram, for a workflow with a subject iterable, a MapNode and a DataSink
-    run with SeaMultiProc: every node ran on the fast tier, the home keeps no node directory but the
-    checkpoints the journal records (with checkpoints: none, none at all), the sink's outputs are
-    home, and so are the Sea files the diagram names; the tier is empty again."""
+    run with SeaMultiProc: every node ran on the fast tier, the home keeps no node directory (a
+    directory the journal records as a checkpoint aside) and no pack but the checkpoints the journal
+    records (with checkpoints: none, none at all), the sink's outputs are home, and so are the Sea
+    files the diagram names; the tier is empty again."""
     from nipype_workflows import build_full, make_subjects, run
 
     diagram = one_block("test_how_it_works_diagram_is_the_home_after_a_run", "text").text
@@ -504,15 +506,18 @@ def test_how_it_works_diagram_is_the_home_after_a_run(tmp_path, shm_dir):
         home = tmp_path / checkpoints
         report = RunReport.from_json(home / "sea-report.json")
         assert report.success and report.tiers[0].nodes_placed >= report.nodes_run > 0, report.to_text()
-        named = re.findall(r"(?<![\w/])(\.sea/[\w.]+|sea-report\.json)", diagram)
-        assert len(named) == 3 and all((home / name).is_file() for name in named), (named, sorted(home.rglob("*")))
+        named = re.findall(r"(?<![\w/])(\.sea/\w+\.\w+|sea-report\.json)", diagram)
+        assert len(named) == 4 and all((home / name).is_file() for name in named), (named, sorted(home.rglob("*")))
         assert "out/func/sub-01/" in diagram and any((tmp_path / "out" / "func" / "sub-01").iterdir())
+        assert ".sea/checkpoints/" in diagram
         journal = Journal.read(home / ".sea" / "journal.jsonl")
         in_home = {str(p.relative_to(home)) for p in home.glob("study/**/*") if p.is_dir() and (p / "_report").is_dir() and "mapflow" not in p.parts}
-        kept = {key for key, record in journal.items() if record.checkpoint is not None}
-        assert in_home == kept, "a node directory in the home that is not a checkpoint"
+        assert in_home == {key for key, record in journal.items() if record.checkpoint is not None}, "a node directory in the home that is not a checkpoint"
+        packed = {key for key, record in journal.items() if record.pack is not None}
+        packs = set((home / ".sea" / "checkpoints").iterdir()) if (home / ".sea" / "checkpoints").is_dir() else set()
+        assert packs == {pack_path(home, key) for key in packed}, "a pack in the home the journal does not record"
         assert not [p for p in home.rglob("*") if p.is_symlink()], "a link left in the home"
-        assert len(kept) == report.checkpoints and (checkpoints == "auto" or not kept)
+        assert len(packed) == report.checkpoint_packs and (checkpoints == "auto" or not packed | in_home)
         assert list(shm_dir.iterdir()) == []
 
 

@@ -22,11 +22,13 @@ from sea.stager import TMP_MARK, FlushBatch, Stager
 
 from conftest import sea_private_dirs, tree_files
 from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
+from slowfs_fixtures import slowfs_scratch
 
 ADAPTERS = ["nipype", "pydra"]
 SEEDS = itertools.count(300)  # each Pydra dataset its own contents (see make_images)
 # an output file of each adapter's workflow, by the glob slowfs matches it with (its temporary copy included)
 ONE_OUTPUT = {"nipype": "out/group/*group_mean.nii*", "pydra": "cache/*sea-tmp-dir/group_mean.nii"}
+OUTPUT_TEMPORARY = {"nipype": f"out/*{TMP_MARK}*", "pydra": "cache/*sea-tmp-dir/*"}  # what the run delivers, on its way home
 
 
 class Study:
@@ -80,9 +82,10 @@ def no_temporaries(root: Path) -> list[Path]:
 
 
 def test_transient_errors_writing_home_are_retried(study, slowfs_factory, shm_dir):
-    """The first two writes of a temporary copy home fail with EIO (a Lustre OST timing out): the
-    stager tries again with backoff and the run ends as without the faults."""
-    fs = slowfs_factory(fail_pattern=f"*{TMP_MARK}*", fail_errno="EIO", fail_count=2)
+    """The first two writes of a temporary copy of an output home fail with EIO (a Lustre OST timing
+    out): the stager tries again with backoff and the run ends as without the faults. (A checkpoint
+    is optional: an error on its copy drops it instead, see test_a_home_with_no_room_for_checkpoints.)"""
+    fs = slowfs_factory(fail_pattern=OUTPUT_TEMPORARY[study.adapter], fail_errno="EIO", fail_count=2)
     sea = {"tiers": [{"path": str(shm_dir)}]}
     assert study.run(fs.path, sea) == study.reference
     report = RunReport.from_json(study.home(fs.path) / "sea-report.json")
@@ -206,3 +209,47 @@ def test_an_optional_copy_gives_way_to_a_declared_output_and_is_stopped_at_the_e
     assert [dst.name for dst, _, _ in done[0].committed] == ["small.bin"], done[0].committed
     assert [dst.name for _, dst in done[0].abandoned] == ["big.bin"], done[0].abandoned
     stager.close()
+
+
+@pytest.mark.parametrize("fault", ["ENOSPC", "EDQUOT", "EIO"])
+def test_a_checkpoint_that_cannot_go_home_is_dropped_and_the_run_goes_on(shm_dir, fault, caplog):
+    """The core alone; the home refuses every write of a checkpoint's pack (full, over quota, an I/O
+    error). The first checkpoint's copy fails: it is dropped in one warning line, checkpointing stops
+    for the run (the second chain's expensive step is not even tried), its directory leaves its tier
+    once its consumer finished, and the run ends successfully with everything it delivers home."""
+    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+    from sea.pack import pack_path
+
+    with slowfs_scratch(fail_pattern="home/.sea/checkpoints/*", fail_errno=fault) as fs:
+        home = fs.path / "home"
+        engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "progress": "off"}), home)
+        specs = []
+        for chain in ("a", "b"):  # an expensive step, a cheap one reading it, then the chain's result
+            specs += [NodeSpec(f"wf/{chain}1", kind="slow"), NodeSpec(f"wf/{chain}2", kind="cheap", upstream=((f"wf/{chain}1", "x"),)),
+                      NodeSpec(f"wf/{chain}3", kind="result", upstream=((f"wf/{chain}2", "x"),))]  # fmt: skip
+        engine.update_graph(WorkflowGraph.from_specs(specs))
+
+        def finish(key: str, seconds: float = 0.0) -> None:
+            (engine.place(key).physical / "data.bin").write_bytes(b"x" * 4096)
+            time.sleep(seconds)
+            engine.node_finished(key)
+
+        with caplog.at_level("WARNING", logger="sea"):
+            finish("wf/a1", seconds=0.5)
+            assert engine.run.nodes["wf/a1"].checkpoint, "a1's recomputation is worth a checkpoint: the test proves nothing"
+            engine.run.stager.drain()  # its copy, on the idle link, fails
+            assert not engine.run.nodes["wf/a1"].checkpoint and engine.checkpoints.stopped
+            finish("wf/a2")
+            assert engine.run.nodes["wf/a1"].evicted, "a1's directory stays on its tier although its checkpoint was dropped"
+            finish("wf/a3")
+            finish("wf/b1", seconds=0.5)
+            assert not engine.run.nodes["wf/b1"].checkpoint, "checkpoints go on after a copy home failed"
+            finish("wf/b2")
+            finish("wf/b3")
+            report = engine.close()
+        warnings = [r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()]
+        assert len(warnings) == 1 and "no more checkpoints in this run, which goes on" in warnings[0], warnings
+        assert report.success and report.checkpoints_failed == 1 and report.checkpoint_packs == 0, report.to_text()
+        assert "checkpoints stopped: 1 could not be copied home" in report.to_text()
+        assert (home / "wf" / "a3" / "data.bin").is_file() and (home / "wf" / "b3" / "data.bin").is_file()
+        assert not pack_path(home, "wf/a1").exists() and no_temporaries(home) == [] and sea_private_dirs(shm_dir) == []

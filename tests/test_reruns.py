@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from sea.pack import pack_path
 from sea.report import RunReport
 
 import rerun_workflows as study
@@ -174,13 +175,26 @@ def journal(root: Path) -> dict[str, set[str]]:
     return events
 
 
+def kept_or_done(events: dict[str, set[str]], mode: str) -> set[str]:
+    """The nodes whose directories are in the home (a checkpoint: whole, or packed), or, without
+    checkpoints, done."""
+    if mode == "none":
+        return events.get("done", set())
+    return events.get("checkpointed", set()) | events.get("packed", set())
+
+
+def in_home(root: Path, key: str) -> bool:
+    """The node's directory is in the home: whole (MultiProc's, or checkpoints: all), or packed (auto)."""
+    return (root / "work" / key).is_dir() or pack_path(root / "work", key).is_file()
+
+
 def sea_ready(root: Path, mode: str, names: list[str]) -> bool:
     """Sea: each named node done, and (with checkpoints) its checkpoint committed where the mode takes one."""
     events = journal(root)
     done = {k for k in events.get("done", set()) if k.rsplit("/", 1)[-1] in names}
     if len(done) != sum(len(SUBJECTS) if n not in ("group_mean", "group_sink") else 1 for n in names):
         return False
-    kept = events.get("checkpointed", set())
+    kept = events.get("checkpointed", set()) | events.get("packed", set())
     if mode == "all":
         return all(k in kept or study.is_sink(k) for k in done)
     if mode == "auto":
@@ -207,10 +221,10 @@ def test_a_killed_run_resumes_from_its_checkpoints(states, point):
             ready = (lambda r=root: done_in_home(r, names)) if mode == "MultiProc" else (lambda r=root, m=mode: sea_ready(r, m, names))
         else:
             ready = (lambda r=root: any(list((r / "work" / study.NAME).glob("_subject_*/prep/result_prep.pklz")))) if mode == "MultiProc" else (
-                lambda r=root, m=mode: bool({k for k in journal(r).get("checkpointed" if m != "none" else "done", set()) if k.endswith("/prep")})
+                lambda r=root, m=mode: bool({k for k in kept_or_done(journal(r), m) if k.endswith("/prep")})
             )
         killed(root, plugin, checkpoints, tier, ready)
-        finished_prep = {f"{study.NAME}/_subject_{s}/prep" for s in SUBJECTS if (root / "work" / study.NAME / f"_subject_{s}" / "prep").is_dir()}
+        finished_prep = {key for s in SUBJECTS if in_home(root, key := f"{study.NAME}/_subject_{s}/prep")}
         executed = study.run(root, plugin, checkpoints, tier)
         assert tree_files(root / "out") == tree_files(saved["MultiProc"] / "out"), f"{mode}: the resumed run's outputs differ"
         figures[mode] = len(study.nodes(executed))

@@ -26,14 +26,19 @@ def files_under(directory: Path) -> set[str]:
     return {str(Path(d, f).relative_to(directory)) for d, _, files in os.walk(directory) for f in files}
 
 
-def run(worker: str, cache: Path, images, tier: Path | None = None, checkpoints: str | None = None, **inputs):
+# The study's outputs (a few KiB per subject) are smaller than one expensive step's directory: the
+# default budget (as many bytes as the outputs) holds one subject's, this one both (see the last test)
+BUDGET = "300%"
+
+
+def run(worker: str, cache: Path, images, tier: Path | None = None, checkpoints: str | None = None, budget: str = BUDGET, **inputs):
     """One run; (its outputs, the jobs it executed)."""
     from pydra.engine.submitter import Submitter
 
     from pydra_workflows import RerunStudy
 
     before = job_dirs(cache)
-    kwargs = {"sea": {"tiers": [{"path": str(tier)}], "checkpoints": checkpoints}} if worker == "sea" else {}
+    kwargs = {"sea": {"tiers": [{"path": str(tier)}], "checkpoints": checkpoints, "checkpoint_budget": budget}} if worker == "sea" else {}
     with Submitter(worker=worker, cache_root=cache, n_procs=2, **kwargs) as submitter:
         result = submitter(RerunStudy(in_files=images, **inputs))
         ran = set(submitter.worker.last_run.keys) if worker == "sea" else job_dirs(cache) - before
@@ -104,3 +109,21 @@ def test_an_existing_cf_cache_is_reused_and_left_alone(tmp_path, shm_dir, images
             assert filecmp.cmp(mine, ref, shallow=False)
         missing = before - files_under(cache)
         assert not missing, f"{mode}: removed {sorted(missing)[:5]} from cf's cache"
+
+
+def test_the_default_budget_keeps_what_fits_and_reruns_the_rest(tmp_path, shm_dir, images):
+    """With the default budget (as many bytes as the outputs) only one subject's expensive step fits
+    in the home: the rerun after the change unpacks that one and recomputes the other, with cf's
+    outputs; the packs never held more than the outputs' bytes."""
+    from sea.report import RunReport
+
+    reference, _ = run("cf", tmp_path / "cf", images, threshold=0.25)
+    cache = tmp_path / "sea"
+    run("sea", cache, images, shm_dir, "auto", budget="100%")
+    first = RunReport.from_json(cache / "sea-report.json")
+    assert first.checkpoint_packs == 1 and first.checkpoints_over_budget + first.checkpoints_dropped >= 1, first.to_text()
+    assert 0 < first.checkpoint_held_bytes <= first.checkpoint_budget_bytes <= first.delivered_bytes, first.to_text()
+    outputs, _ = run("sea", cache, images, shm_dir, "auto", budget="100%", threshold=0.25)
+    for mine, ref in zip(outputs, reference, strict=True):
+        assert filecmp.cmp(mine, ref, shallow=False)
+    assert RunReport.from_json(cache / "sea-report.json").checkpoints_restored == 1

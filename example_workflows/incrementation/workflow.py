@@ -40,21 +40,24 @@ def select_chunk(data_dir, chunk):
     return os.path.join(data_dir, f"chunk{chunk:03d}.nii")
 
 
-def increment(in_file):
-    """Read a chunk, add 1, write it under the same name in the node's directory."""
+def increment(in_file, delta=1.0):
+    """Read a chunk, add ``delta`` (1), write it under the same name in the node's directory."""
     import os
 
     import nibabel as nib
     import numpy as np
 
     image = nib.load(in_file)
-    data = np.asanyarray(image.dataobj) + np.float32(1)
+    data = np.asanyarray(image.dataobj) + np.float32(delta)
     out_file = os.path.abspath(os.path.basename(in_file))
     nib.save(nib.Nifti1Image(data, image.affine, image.header), out_file)
     return out_file
 
 
-def build_workflow(data_dir: str | Path, n_chunks: int, iterations: int, base_dir: str | Path, out_dir: str | Path) -> Workflow:
+def build_workflow(
+    data_dir: str | Path, n_chunks: int, iterations: int, base_dir: str | Path, out_dir: str | Path, changed: int | None = None, delta: float = 1.0
+) -> Workflow:
+    """``changed``: the iteration (from 1) that adds ``delta`` instead of 1 (a step changed, for a rerun)."""
     wf = Workflow(name="incrementation", base_dir=str(base_dir))
     chunks = Node(IdentityInterface(fields=["chunk"]), name="chunks")
     chunks.iterables = ("chunk", list(range(n_chunks)))
@@ -63,7 +66,8 @@ def build_workflow(data_dir: str | Path, n_chunks: int, iterations: int, base_di
     wf.connect(chunks, "chunk", select, "chunk")
     previous, field = select, "in_file"
     for i in range(1, iterations + 1):
-        inc = Node(Function(input_names=["in_file"], output_names=["out_file"], function=increment), name=f"increment_{i}")
+        inc = Node(Function(input_names=["in_file", "delta"], output_names=["out_file"], function=increment), name=f"increment_{i}")
+        inc.inputs.delta = delta if i == changed else 1.0
         wf.connect(previous, field, inc, "in_file")
         previous, field = inc, "out_file"
     sink = Node(DataSink(base_directory=str(Path(out_dir).resolve()), parameterization=False), name="sink")
