@@ -117,13 +117,16 @@ def pack_path(home: Path, key: str) -> Path:
     return Path(home) / PACKS / (hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32] + SUFFIX)
 
 
-def unpack(pack: Path, target: Path) -> list[str]:
-    """Unpack ``pack`` into the directory ``target`` (made if missing), with each file's exact
-    times; returns the directories its files were made under (``SEA.made_under``). Members that
-    would land outside ``target`` are refused (:func:`tarfile.tar_filter`)."""
+def unpack(pack: Path | bytes, target: Path) -> list[str]:
+    """Unpack ``pack`` (a file, or a pack in memory) into the directory ``target`` (made if
+    missing), with each file's exact times; returns the directories its files were made under
+    (``SEA.made_under``). Members that would land outside ``target`` are refused
+    (:func:`tarfile.tar_filter`)."""
+    import io
+
     target = Path(target)
     target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(pack, "r:") as tar:
+    with tarfile.open(fileobj=io.BytesIO(pack), mode="r:") if isinstance(pack, bytes) else tarfile.open(pack, "r:") as tar:
         tar.copybufsize = 4 * 2**20
         members = tar.getmembers()
         tar.extractall(target, members=members, filter="tar")

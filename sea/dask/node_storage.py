@@ -5,8 +5,9 @@ builds a :class:`~sea.engine.SeaEngine` for the machine the worker runs on: the 
 read there, so ``${SLURM_TMPDIR}`` is that compute node's. Node directories of tasks run by the
 worker live on its tiers; its stager commits their declared outputs to the shared home; it evicts
 a directory once the client says every consumer finished, wherever they ran. Directories a
-consumer here needs from another worker arrive as bytes through Dask (:func:`pack` there,
-:meth:`NodeStorage.unpack` here): no worker ever opens another worker's tier.
+consumer here needs from another worker arrive as bytes through Dask, packed as a checkpoint is
+(:mod:`sea.pack`; :func:`pack` there, :meth:`NodeStorage.unpack` here): no worker ever opens another
+worker's tier.
 
 The adapter's task function runs on the worker and calls :func:`current` to reach this plugin.
 """
@@ -14,9 +15,7 @@ The adapter's task function runs on the worker and calls :func:`current` to reac
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from distributed import WorkerPlugin, get_worker
 from ..config import SeaConfig
 from ..engine import SeaEngine, SeaFlushError
 from ..graph import NodeSpec, WorkflowGraph
+from ..pack import directory_members, pack_bytes, unpack
 
 NAME = "sea-node-storage"
 logger = logging.getLogger("sea")
@@ -66,8 +66,7 @@ class NodeStorage(WorkerPlugin):
         if self.engine.holds(key):
             return
         target = self.engine.place_replica(key, len(packed))
-        with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
-            tar.extractall(target, filter="tar")
+        unpack(packed, target)
         if self.relocate is not None:
             self.relocate(target, {Path(source): target})
 
@@ -94,10 +93,7 @@ def pack(key: str) -> tuple[bytes, str]:
     directory = current().engine.physical_dir(key)
     if directory is None:
         raise FileNotFoundError(f"{key} is not on worker {current().worker_name}")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(directory, arcname=".")
-    return buffer.getvalue(), str(directory)
+    return pack_bytes(directory_members(directory), [str(directory)]), str(directory)
 
 
 async def finished_elsewhere(key: str, dask_worker=None) -> None:
