@@ -440,6 +440,13 @@ def cached_in_home(node) -> bool:
     return cached and updated and (overwrite is False or (overwrite is None and not always_run))
 
 
+def workflow_report_files(graph, home: Path) -> list[Path]:
+    """The files ``Workflow.run`` wrote in the home beside the node directories before the plugin
+    ran (``execution.create_report``: ``<base_dir>/<workflow>/index.html``, ``d3.js``, ``graph*.json``)."""
+    names = {Path(node.output_dir()).relative_to(home).parts[0] for node in graph.nodes() if Path(node.output_dir()).is_relative_to(home)}
+    return [p for name in names for p in (home / name).glob("*") if p.suffix in (".html", ".js", ".json") and p.is_file()]
+
+
 def record_files(directory: Path) -> list[Path]:
     """What Nipype records of a node in its directory (:mod:`sea.records`): its result file."""
     return sorted(Path(directory).glob("result_*.pklz"))

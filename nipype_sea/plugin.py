@@ -97,7 +97,7 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         nx_.read_results_from_records()  # node.result on the graph Workflow.run returns, for evicted nodes
         self.engine = SeaEngine(
             self.sea_config, home, log=logger, on_event=self.wake, relocate=nx_.relocate_results,
-            memory=int(told * 2**30) if told else None, records=nx_.record_files,
+            memory=int(told * 2**30) if told else None, records=nx_.record_files, engine_files=nx_.workflow_report_files(graph, home),
         )  # fmt: skip
         try:
             self.engine.update_graph(WorkflowGraph.from_specs(node_specs(graph, home, self.sea_config.sinks)))

@@ -76,6 +76,7 @@ from .tiers import StorageHierarchy, Tier
 
 __all__ = ["JOURNAL", "HISTORY", "Placement", "SeaEngine", "SeaFlushError", "SeaHomeMoved", "State", "sweep_partial_copies"]
 
+SEA_FILES_BYTES = 64 * 2**10  # Sea's history and report (and its copy) in the home, about
 MAX_LOST = 2  # times a node may lose its worker process (sea.engine.SeaEngine.worker_lost) before it fails
 HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the next run and `sea plan`
 JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a rerun (sea.journal)
@@ -95,6 +96,7 @@ class SeaEngine:
         memory: int | None = None,
         slots: int | None = None,
         records: Callable[[Path], Iterable[Path]] | None = None,
+        engine_files: Iterable[Path] = (),
     ):
         """``on_event`` is called (from a stager thread) after each flush commits, so a waiting
         adapter can look again. ``relocate(directory, moves)`` is called once a node's whole
@@ -119,7 +121,10 @@ class SeaEngine:
 
         ``records(directory)``: the files of a node directory in which the engine records the
         node (Nipype's ``result_<name>.pklz``): kept in one file in the home as the directory
-        leaves its tier (:mod:`sea.records`), for what reads them after the run."""
+        leaves its tier (:mod:`sea.records`), for what reads them after the run.
+
+        ``engine_files``: files the engine itself keeps in the home beside the node directories
+        (Nipype's workflow report): with Sea's own, they count against the checkpoints' budget."""
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
@@ -156,7 +161,8 @@ class SeaEngine:
             policy.expected_delivered = self._expected_delivered
             policy.total_seconds = lambda: self._work_left.busy + (self._work_left.seconds() or 0.0)
             policy.home_room = self._home_room
-            policy.overhead = lambda: self.journal.bytes + (self.run.records.bytes if self.run.records is not None else 0)
+            beside = sum(os.stat(f).st_size for f in engine_files if os.path.isfile(f)) + SEA_FILES_BYTES
+            policy.overhead = lambda: beside + self.journal.bytes + (self.run.records.bytes if self.run.records is not None else 0)
             self.placer = Placer(self.run, self._inputs_moved)
             self.evictor = Evictor(self.run)
             self.backpressure = BackPressure(self.run)
@@ -542,7 +548,7 @@ class SeaEngine:
             node.state = State.FINISHED
             node.finished = time.monotonic()
             size, files = disk_usage(p.physical)
-            staged_files = 0
+            staged = staged_files = 0
             if p.staging_root is not None:
                 staged, staged_files = disk_usage(p.staging_root)
                 size += staged
@@ -554,8 +560,8 @@ class SeaEngine:
             seconds = node.finished - node.started if node.started else None
             self.estimator.learn(node.spec.kind, size, seconds, files + staged_files)
             self.backpressure.node_ran(seconds, size)
-            if self._delivers(node.spec, node.open_ended):
-                self.deliverables.done(node.spec.kind, size)
+            if self._delivers(node.spec, node.open_ended):  # a sink delivers its outputs, the rest its directory
+                self.deliverables.done(node.spec.kind, staged if p.staging_root is not None else size)
                 self.checkpoints.delivered = self.deliverables.delivered
             node.checkpoint = self.checkpoints.decide(
                 key,
