@@ -332,8 +332,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
 
     async def _run_claimed(self, job, key: str, home: Path, rerun: bool):
         engine = self.engine
-        if not rerun and engine.is_fresh(key):
-            engine.restore(key)  # an earlier run packed it (a checkpoint): unpacked and linked, Pydra's cache finds it
+        if not rerun and engine.is_fresh(key):  # an earlier run packed it (a checkpoint): unpacked and linked, Pydra's cache finds it
+            await asyncio.get_running_loop().run_in_executor(None, engine.restore, key)
         if not rerun and (not engine.is_fresh(key) or px_.readonly_caches(job)) and (cached := px_.cached_result(job, home)) is not None:
             engine.node_cached(key)  # done by an earlier run (here or in a read-only cache): Pydra would not run it either
             return cached

@@ -248,7 +248,7 @@ class CheckpointPolicy:
         if limit <= 0:
             self.over_budget += 1
             return False
-        if self.budget.spec is not None and worth < SHARE * self.total_seconds() / self.budget.bytes(max(self.delivered, self.expected_delivered(), 1)):
+        if self.budget.spec is not None and worth < SHARE * self.total_seconds() / max(self.budget.bytes(max(self.delivered, self.expected_delivered())), 1):
             return False  # worth less than its share of the budget
         free = limit - self.held_bytes()
         victims: list[str] = []
@@ -328,10 +328,10 @@ class CheckpointPolicy:
         if kept:
             self.keep(key)
 
-    def known_pack(self, key: str, nbytes: int) -> None:
-        """A pack an earlier run left in the home, which this run keeps using: the budget holds it."""
-        rerun = self._seconds.get(key, 0.0)
-        self._held[key] = Held(nbytes, rerun / max(nbytes, 1), committed=True)
+    def known_pack(self, key: str, nbytes: int, seconds: float) -> None:
+        """A pack an earlier run left in the home, which this run keeps using: the budget holds it,
+        worth (to the trim) its node's last run time per byte."""
+        self._held[key] = Held(nbytes, seconds / max(nbytes, 1), committed=True)
 
     def rerun_cost(self, key: str) -> float:
         """Seconds a rerun that needs ``key``'s directory would spend recomputing (0 if kept)."""
@@ -369,11 +369,11 @@ class Deliverables:
 
     known = False  # a node that delivers is known (a graph that grows may not show one yet)
 
-    def done(self, kind: str, nbytes: int | None = None) -> None:
-        """A node of ``kind`` delivered ``nbytes`` (``None``: an earlier run did; its estimate counts)."""
+    def done(self, kind: str, nbytes: int) -> None:
+        """A node of ``kind`` delivered ``nbytes`` (in this run, or an earlier one)."""
         if self._pending.get(kind):
             self._pending[kind] -= 1
-        self.delivered += self._estimate(kind) if nbytes is None else nbytes
+        self.delivered += nbytes
 
     def expected(self) -> int:
         return self.delivered + sum(n * self._estimate(kind) for kind, n in self._pending.items() if n)

@@ -68,7 +68,7 @@ from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
 from .records import Records
 from .report import MemoryReport, RunReport, TierReport, announce
-from .resume import RerunPlan, admit, plan_rerun, sweep_partial_copies
+from .resume import RerunPlan, admit, plan_rerun, sweep_orphan_packs, sweep_partial_copies
 from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, State, disk_usage
 from .sizes import format_size
 from .stager import CHECKPOINT, KEPT, Stager
@@ -156,7 +156,7 @@ class SeaEngine:
                 records=Records(self.home, records) if records is not None and machine is None else None,
             )
             self.run.homespace = HomeSpace.read(self.home)
-            self.deliverables = Deliverables(self.estimator.estimate)
+            self.deliverables = Deliverables(self._delivery_estimate)
             policy = self.run.checkpoints
             policy.expected_delivered = self._expected_delivered
             policy.total_seconds = lambda: self._work_left.busy + (self._work_left.seconds() or 0.0)
@@ -220,6 +220,7 @@ class SeaEngine:
         self.flusher.check_rules(graph, keys_like)
         if self.machine is None:  # an engine of several leaves it to the run's client: the others may be flushing
             sweep_partial_copies(graph, self.home, self.log)
+            sweep_orphan_packs(self.journal, self.home, self.log)
         with self._lock:
             self.run.graph = graph
             self.rerun_plan = plan_rerun(graph, self.journal, self.home) if plan_resume else RerunPlan()
@@ -273,7 +274,14 @@ class SeaEngine:
                 self.deliverables.add(spec.kind)
             record = self.journal.get(key)
             if key in self.run.skip and record is not None and record.pack is not None:
-                self.checkpoints.known_pack(key, record.pack[1])  # the budget holds it
+                self.checkpoints.known_pack(key, record.pack[1], self.estimator.seconds.get(spec.kind, 0.0))  # the budget holds it
+
+    def _delivery_estimate(self, kind: str) -> int:
+        """What a node of ``kind`` will deliver: what the last one delivered, else at least the default
+        node size (not the first of its interface's: one sink's small mask says nothing of the next
+        sink's image, and too small a budget early drops checkpoints for good)."""
+        learned = self.estimator.learned.get(kind)
+        return learned if learned is not None else max(self.estimator.estimate(kind), self.estimator.default)
 
     def _home_room(self) -> int | None:
         """What the home can still take (its free space, the quota) beyond the copies the run needs that are on their way."""
@@ -475,8 +483,10 @@ class SeaEngine:
     def _found_done(self, node: NodeState, kept: bool) -> None:
         key = node.spec.key
         self.report.nodes_cached += 1
-        if self._delivers(node.spec, node.open_ended):
-            self.deliverables.done(node.spec.kind)
+        if self._delivers(node.spec, node.open_ended):  # an earlier run delivered it: what its record says, else what was learned
+            record = self.journal.get(key)
+            delivered = sum(size for size, _ in record.committed.values()) if record is not None and record.committed else None
+            self.deliverables.done(node.spec.kind, delivered if delivered is not None else self.estimator.learned.get(node.spec.kind, 0))
             self.checkpoints.delivered = self.deliverables.delivered
         self.checkpoints.known(key, self.estimator.seconds.get(node.spec.kind, 0.0), kept=kept)
         self.evictor.release_producers(key)
@@ -581,6 +591,8 @@ class SeaEngine:
             fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self.run.fingerprint(path)) is not None}
             self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
             self.flusher.schedule(node)
+            gives = list(gives)
+            node.needs = tuple(sorted({o for o in map(self.run.owner_of, gives) if o is not None and o != key}))  # a pack of it needs them too
             self.evictor.hand_on(key, gives)
             self.evictor.release_producers(key)
             self.evictor.maybe_evict(key)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .graph import WorkflowGraph
 from .journal import Journal, NodeRecord
-from .pack import pack_path
+from .pack import PACKS, SUFFIX, pack_path
 from .run_state import NodeState, Run
 from .stager import sweep_temporaries
 
@@ -162,6 +162,23 @@ def sweep_partial_copies(graph: WorkflowGraph, home: Path, log: logging.Logger) 
     swept = sum(sweep_temporaries(root) for root in {Path(home), *destinations} if root.is_dir())
     if swept:
         log.warning("[Sea] removed %d partial copies left by a run that was killed", swept)
+
+
+def sweep_orphan_packs(journal: Journal, home: Path, log: logging.Logger) -> None:
+    """Remove the packs in the home the journal does not record: a run killed after one was put in
+    place and before its record reached the journal (or after its record said it was dropped).
+    Only Sea writes there, and only one run at a time (the run lock)."""
+    directory = Path(home) / PACKS
+    recorded = {record.pack[0] for record in journal.records.values() if record.pack is not None}
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    orphans = [e for e in entries if e.is_file(follow_symlinks=False) and e.name.endswith(SUFFIX) and e.name not in recorded]
+    for entry in orphans:
+        Path(entry.path).unlink(missing_ok=True)
+    if orphans:
+        log.info("[Sea] removed %d checkpoint(s) a killed run left unrecorded", len(orphans))
 
 
 def admit(run: Run, keys: list[str]) -> None:
