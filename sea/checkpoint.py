@@ -170,6 +170,7 @@ class Held:
     worth: float  # recomputation spared per byte, when it was decided
     committed: bool = False
     victims: tuple[str, ...] = ()  # packs it replaces, dropped once it is home
+    pinned: bool = False  # a rerun will read it (its resume plan counted on it): never a victim before
 
 
 @dataclass
@@ -226,11 +227,17 @@ class CheckpointPolicy:
     def limit(self) -> int:
         """Bytes checkpoints may hold in the home now."""
         expected = max(self.delivered, self.expected_delivered())
-        limit = self.budget.bytes(expected) - self.overhead()
+        limit = self._budget_bytes(expected)
         room = self.home_room()
         if room is not None:  # the outputs still to come first; checkpoints take half of what is left
             limit = min(limit, self.held_bytes() + max(0, room - (expected - self.delivered)) // 2)
         return limit
+
+    def _budget_bytes(self, delivered: int) -> int:
+        """The budget for a run delivering ``delivered`` bytes: a share of it holds Sea's own files
+        too (what Sea leaves in the home is then at most that share), a size the checkpoints alone."""
+        share = self.budget.spec is not None and parse_share(self.budget.spec) is not None
+        return self.budget.bytes(delivered) - (self.overhead() if share else 0)
 
     def held_bytes(self) -> int:
         return sum(h.nbytes for h in self._held.values())
@@ -256,7 +263,7 @@ class CheckpointPolicy:
             for other, held in sorted(self._held.items(), key=lambda item: item[1].worth):
                 if free >= nbytes or held.worth * 2 > worth:
                     break
-                if held.committed and not any(other in h.victims for h in self._held.values()):
+                if held.committed and not held.pinned and not any(other in h.victims for h in self._held.values()):
                     victims.append(other)
                     free += held.nbytes
         if nbytes > free:
@@ -294,7 +301,7 @@ class CheckpointPolicy:
         """The packs to remove so that what the budget holds fits it (``final``: the run delivered
         all it will, so its budget is what it really delivered), the least worth per byte first."""
         delivered = self.delivered if final else max(self.delivered, self.expected_delivered())
-        limit = self.budget.bytes(delivered) - self.overhead()
+        limit = self._budget_bytes(delivered)
         dropped = []
         for key, held in sorted(self._held.items(), key=lambda item: item[1].worth):
             if self.held_bytes() <= limit:
@@ -328,10 +335,17 @@ class CheckpointPolicy:
         if kept:
             self.keep(key)
 
-    def known_pack(self, key: str, nbytes: int, seconds: float) -> None:
+    def known_pack(self, key: str, nbytes: int, seconds: float, pinned: bool = False) -> None:
         """A pack an earlier run left in the home, which this run keeps using: the budget holds it,
-        worth (to the trim) its node's last run time per byte."""
-        self._held[key] = Held(nbytes, seconds / max(nbytes, 1), committed=True)
+        worth (to the trim) its node's last run time per byte. ``pinned``: this run will unpack it
+        (:meth:`unpin` once it did): no other pack takes its room before."""
+        self._held[key] = Held(nbytes, seconds / max(nbytes, 1), committed=True, pinned=pinned)
+
+    def unpin(self, key: str | None = None) -> None:
+        """``key``'s pack was unpacked (``None``: the run is over): it may make room from now on."""
+        for other, held in self._held.items():
+            if key is None or other == key:
+                held.pinned = False
 
     def rerun_cost(self, key: str) -> float:
         """Seconds a rerun that needs ``key``'s directory would spend recomputing (0 if kept)."""

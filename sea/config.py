@@ -288,10 +288,19 @@ class SeaConfig:
                 f"{origin}: the top level must be a mapping of keys ({', '.join(cls.keys())}), "
                 f"not a {type(data).__name__}"
             )
+        close = [key for key in data if difflib.get_close_matches(str(key), cls.keys(), n=1)]
+        if data and not close and not any(key in cls.keys() for key in data):  # not a Sea configuration at all: say so, never echo its contents
+            raise SeaConfigError(
+                f"{origin} is not a Sea configuration: none of its {len(data)} key(s) is one of Sea's ({', '.join(cls.keys())}); "
+                "give a YAML file of them, such as tiers: [{path: /dev/shm}]"
+            )
         only_known_keys(data, origin, cls.keys())
         kwargs: dict[str, Any] = {}
         for name, value in data.items():
-            kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
+            try:
+                kwargs[name] = _PARSERS[name](value, f"{origin}: {name}")
+            except RecursionError:
+                raise SeaConfigError(f"{origin}: {name} is nested too deeply to be a value of it; see docs/configuration.md") from None
         if kwargs.get("keep_intermediates") and kwargs.get("checkpoints", Checkpoints.ALL) is not Checkpoints.ALL:
             raise SeaConfigError(
                 f"{origin}: keep_intermediates: true means checkpoints: all, but checkpoints is {kwargs['checkpoints'].value!r}; "
@@ -392,6 +401,8 @@ def read_config_file(path: Path) -> Any:
         raise SeaConfigError(f"cannot read the sea config file {str(path)!r} ({exc.strerror}); check its permissions") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise SeaConfigError(f"sea config file {str(path)!r} is nested too deeply to be a Sea configuration; give a YAML file of Sea's keys") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -82,6 +82,18 @@ HISTORY = Path(".sea") / "history.json"  # sizes and run times learned, for the 
 JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a rerun (sea.journal)
 
 
+def check_sea_files(home: Path) -> None:
+    """Sea's own place in the home (``.sea/``: its journal, history, lock) is a directory, and its
+    journal a file: else one line saying what is in the way (before anything is written there)."""
+    for path, kind in ((home / ".sea", "a directory"), (home / JOURNAL, "a file")):
+        is_kind = path.is_dir() if kind == "a directory" else path.is_file()
+        if os.path.lexists(path) and (os.path.islink(path) or not is_kind):
+            raise SeaError(
+                f"{path} is not {kind}: Sea keeps its journal, history and lock in {home / '.sea'}; "
+                "move what is there away (or give the workflow another base_dir)"
+            )
+
+
 class SeaEngine:
     """Placement, staging, eviction and resume for one run of one workflow."""
 
@@ -129,6 +141,7 @@ class SeaEngine:
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
+        check_sea_files(self.home)
         # one run per home: an engine of several (one per machine) is covered by its run's client
         self._run_lock = RunLock.acquire(self.home) if machine is None else None
         self.hierarchy = None
@@ -274,7 +287,8 @@ class SeaEngine:
                 self.deliverables.add(spec.kind)
             record = self.journal.get(key)
             if key in self.run.skip and record is not None and record.pack is not None:
-                self.checkpoints.known_pack(key, record.pack[1], self.estimator.seconds.get(spec.kind, 0.0))  # the budget holds it
+                pinned = key in self.rerun_plan.restore  # a node that runs reads it: it stays until unpacked
+                self.checkpoints.known_pack(key, record.pack[1], self.estimator.seconds.get(spec.kind, 0.0), pinned)  # the budget holds it
 
     def _delivery_estimate(self, kind: str) -> int:
         """What a node of ``kind`` will deliver: what the last one delivered, else at least the default
@@ -509,9 +523,13 @@ class SeaEngine:
             pack = self.run.pack_path(key)
             try:
                 st = os.lstat(pack)
+                same = (pack.name, st.st_size, st.st_mtime_ns) == record.pack
             except OSError:
-                return False
-            if (pack.name, st.st_size, st.st_mtime_ns) != record.pack:
+                same = False
+            if not same:
+                if required:  # the plan found it when the run started: someone removed or replaced it since
+                    self.run.forget_pack(key)
+                    raise SeaError(f"the checkpoint of {key} ({pack}) was removed or replaced during the run; run the same command again, and the node is recomputed")
                 return False
             placement = self.placer.place_unpacked(key, st.st_size)
         try:
@@ -534,6 +552,7 @@ class SeaEngine:
             node.size = size
             self.run.fresh.discard(key)
             self.report.checkpoints_restored += 1
+            self.checkpoints.unpin(key)
         self.log.debug("[Sea] unpacked the checkpoint of %s to %s", key, placement.tier.name)
         return True
 
@@ -775,6 +794,7 @@ class SeaEngine:
         report.stager_wait_seconds += self.stager.drain()
         if moved is None:
             with self._lock:  # the packs fit the budget of what the run delivered (or, stopped early, expected to)
+                self.checkpoints.unpin()
                 for key in self.checkpoints.trim(final=success and not interrupted):
                     self.flusher.drop_pack(key)
         if interrupted:

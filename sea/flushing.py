@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 from .config import Checkpoints, Mode, Rule, SeaConfigError
@@ -52,12 +53,15 @@ class Flusher:
         """A rule that matches no path the workflow can produce is a mistake: say so before any node runs."""
         anchors = [*graph.nodes, *keys_like]
         probes = [f"{key}/{name}" for key in anchors for name in _PROBE_NAMES]
+        outputs = {}  # a declared output's probe path -> its sink
         for spec in graph.nodes.values():
             if spec.sink_destination is not None:
                 dest = self._rule_path(spec.sink_destination / "x")
                 probes.append(dest)
                 anchors.append(str(Path(dest).parent))
+                outputs[dest] = spec.key
         for i, rule in enumerate(self.run.config.rules):
+            self._refuse_dropped_outputs(i, rule, outputs)
             if any(rule.matches(p) for p in probes):
                 continue
             prefix = _literal_prefix(rule)
@@ -69,6 +73,21 @@ class Flusher:
                 f"rules[{i}]: pattern {rule.pattern!r} matches no path this workflow can produce "
                 f"(paths are relative to the home, like {example + '/_report/report.rst'!r}); fix the pattern or remove the rule"
             )
+
+    @staticmethod
+    def _refuse_dropped_outputs(i: int, rule: Rule, outputs: dict[str, str]) -> None:
+        """A ``remove`` rule that matches declared outputs without naming where they go (``**``): the
+        run would succeed with an empty destination. One that names it removes them on purpose."""
+        if rule.mode is not Mode.REMOVE:
+            return
+        prefix = _literal_prefix(rule)
+        for probe, sink in outputs.items():
+            where = str(Path(probe).parent)
+            if rule.matches(probe) and not prefix.startswith(where):
+                raise SeaConfigError(
+                    f"rules[{i}]: pattern {rule.pattern!r} with mode remove matches the declared outputs of {sink} (to {where}): "
+                    f"they would never reach it; narrow the pattern, or name the destination in it ({where + '/**'!r}) to remove them on purpose"
+                )
 
     def _rule_path(self, path: Path) -> str:
         path = Path(path)
@@ -118,7 +137,7 @@ class Flusher:
             node.home_copy_complete = len(files) == all_files
             # a directory the workflow delivers goes with the declared outputs; one that must go home
             # (checkpoints: all, or it replaces one that was there) after them; auto's choice last
-            batch = FlushBatch(key, files, self.dir_committed)
+            batch = self._dir_batch(key, files)
             if priority == CHECKPOINT:
                 self._optional[key] = batch
             self.submit(node, batch, priority)
@@ -133,7 +152,27 @@ class Flusher:
         files = [(src, copy / rel) for src, rel in self.node_files(node)]
         if files:
             node.home_copy, node.home_copy_complete, node.checkpoint = copy, True, True
-            self.submit(node, FlushBatch(node.spec.key, files, self.dir_committed), KEPT)
+            self.submit(node, self._dir_batch(node.spec.key, files), KEPT)
+
+    def _dir_batch(self, key: str, files: list[tuple[Path, Path]]) -> FlushBatch:
+        """The copy of a node directory's ``files``; a file's other names in it (hard links, as a tool
+        that links its inputs makes) are linked again in the copy once it is complete, not copied."""
+        first: dict[tuple[int, int], Path] = {}
+        copied, links = [], []
+        for src, dst in files:
+            try:
+                st = os.lstat(src)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                if (st.st_dev, st.st_ino) in first:
+                    links.append((first[(st.st_dev, st.st_ino)], dst))
+                    continue
+                first[(st.st_dev, st.st_ino)] = dst
+            copied.append((src, dst))
+        batch = FlushBatch(key, copied, self.dir_committed)
+        batch.links = links
+        return batch
 
     def give_up_checkpoint(self, node: NodeState) -> bool:
         """``node``'s directory is done with (every consumer finished) and waits only for its
@@ -278,6 +317,13 @@ class Flusher:
         if gone:  # the copy's directory was removed under it: putting it in place would lose files
             batch.committed = [c for c in batch.committed if c[0] not in gone]
             batch.errors.append(f"{gone[0]}: removed from the home while {node.home_copy} was being committed")
+        if batch.links and not batch.errors and not batch.abandoned:
+            try:
+                for existing, other in batch.links:
+                    other.parent.mkdir(parents=True, exist_ok=True)  # inside the copy: a directory of nothing but links
+                    os.link(existing, other)
+            except OSError as error:
+                batch.errors.append(f"{node.home_copy}: a hard link not made again ({error.strerror or error})")
         if run.relocate is not None and not batch.errors and not batch.abandoned and node.home_copy_complete:  # an abandoned copy is dropped
             try:
                 self.evictor.relocate(node, node.home_copy)
@@ -286,8 +332,9 @@ class Flusher:
         self._optional.pop(batch.key, None)
         self._done_with.discard(batch.key)
         if batch.abandoned and not batch.errors:  # given up, or the run ended before the copy was done: no checkpoint
-            if batch.committed or not batch.cancelled:  # a cancelled copy wrote nothing
-                shutil.rmtree(node.home_copy, ignore_errors=True)
+            # even a copy cancelled before a file of it was written may have made its directory (a
+            # first write that gave way to a needed copy): nothing of it stays
+            shutil.rmtree(node.home_copy, ignore_errors=True)
             node.home_copy, node.checkpoint = None, False
             with run.lock:
                 run.checkpoints.abandoned(batch.key)
@@ -355,7 +402,7 @@ class Flusher:
                     continue
                 node.state = State.FINISHED  # bring a crashed node's directory home to inspect
                 node.home_copy, node.home_copy_complete = copy, True
-                self.submit(node, FlushBatch(node.spec.key, files, self.dir_committed))
+                self.submit(node, self._dir_batch(node.spec.key, files))
 
 
 def _swap_in(copy: Path, logical: Path) -> None:

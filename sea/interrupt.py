@@ -21,6 +21,7 @@ Nipype's scheduling loop, at the start of a round (:class:`StopRequest`).
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -49,9 +50,16 @@ class StopSignals:
         self._raising = False
 
     def restore(self) -> None:
+        """The handlers as they were. After a SIGTERM, the run wound down (its copies committed): the
+        signal is delivered again, to them, so that a process nothing else catches it in ends as it
+        ends under the engine's own plugin, on the signal (exit status 143), with no traceback."""
+        if not self._previous:
+            return
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+        if self.received == signal.SIGTERM:
+            signal.raise_signal(signal.SIGTERM)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.received = signum
@@ -73,6 +81,27 @@ def die_on_terminate() -> None:
     parent), and go on running its job: a pool that lost a process to the OOM killer terminates the
     others, whose nodes run again in directories such a survivor would still write into."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """In a worker process: the kernel kills it when the process that started it dies (``kill -9``
+    of the run, which cannot stop its pool): an orphaned worker would go on running its node, and
+    stay (Linux's ``PR_SET_PDEATHSIG``; elsewhere nothing). The pool starts its processes from the
+    thread that drives the run, which lives as long as the run."""
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the run died before this process asked
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def raise_stop(signum: int) -> None:

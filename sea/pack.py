@@ -79,6 +79,7 @@ class PackSource:
         asked between members."""
         copy = copy or _copy_all
         written = _write_all(fd, _global_header(self.made_under))
+        first: dict[tuple[int, int], str] = {}  # a file's (device, inode) -> its first name: the others are hard links to it
         for src, name in self.members:
             if interrupt is not None and interrupt():
                 from .stager import Yielded
@@ -95,8 +96,15 @@ class PackSource:
             elif stat.S_ISLNK(st.st_mode):
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(src)
                 written += _write_all(fd, info.tobuf(tarfile.PAX_FORMAT))
+            elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in first:
+                info.type, info.linkname = tarfile.LNKTYPE, first[(st.st_dev, st.st_ino)]
+                written += _write_all(fd, info.tobuf(tarfile.PAX_FORMAT))
             elif stat.S_ISREG(st.st_mode):
-                fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+                from .stager import open_to_read
+
+                first.setdefault((st.st_dev, st.st_ino), name)
+
+                fin = open_to_read(src)
                 try:
                     info.size = os.fstat(fin).st_size
                     written += _write_all(fd, info.tobuf(tarfile.PAX_FORMAT))

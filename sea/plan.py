@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -183,6 +184,8 @@ def load_target(target: str) -> object:
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
         else:
+            if "" not in sys.path and os.getcwd() not in sys.path:  # as `python -m` does: a module of the current directory
+                sys.path.insert(0, os.getcwd())
             module = importlib.import_module(where)
         factory = getattr(module, name)
     except (ImportError, FileNotFoundError, AttributeError) as exc:

@@ -9,7 +9,9 @@ above it; in a log file or a batch job's output, a plain ``[Sea] progress:`` lin
 ...                 tiers=[("/dev/shm", 3 * 2**30, 8 * 2**30)], backlog_bytes=300 * 2**20, backlog_files=12,
 ...                 rate=25e6, eta=190)
 >>> print(snap.line())
-12/40+ nodes · running: wf/a, wf/b · /dev/shm 3.0 GiB of 8.0 GiB · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s · ETA 3m10s
+12/40+ nodes · ETA 3m10s · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s · /dev/shm 3.0 GiB of 8.0 GiB · running: wf/a, wf/b
+>>> print(snap.line(width=100))
+12/40+ nodes · ETA 3m10s · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .sizes import format_size
 
 EVERY = 30.0  # seconds between two plain lines
 BAR_EVERY = 0.25  # seconds between two updates of a terminal's line
+BAR_COLUMNS = len("[Sea] ") + 12 + 2  # what comes before the figures on a terminal's line, and a margin
 MODES = ("auto", "bar", "lines", "off")
 
 
@@ -59,20 +62,33 @@ class Snapshot:
     rate: float | None = None  # bytes per second copied home lately
     eta: float | None = None  # seconds left, from learned run times and the backlog
 
-    def line(self, shown: int = 3) -> str:
+    def line(self, shown: int = 3, width: int | None = None) -> str:
+        """The figures, the most useful first (nodes done of the total, the ETA, what waits to go
+        home), the running nodes' names last; cut to ``width`` characters, if given, by naming fewer
+        running nodes, then by leaving fields out from the end (the nodes done stay)."""
         parts = [f"{self.done}/{self.total}{'+' if self.growing else ''} nodes"]
-        if self.running:
-            more = f" +{len(self.running) - shown}" if len(self.running) > shown else ""
-            parts.append("running: " + ", ".join(self.running[:shown]) + more)
-        for path, held, room in self.tiers:
-            parts.append(f"{path} {format_size(held)}" + (f" of {format_size(room)}" if room else ""))
+        if self.eta is not None and self.done < self.total:
+            parts.append(f"ETA {duration(self.eta)}")
         if self.backlog_files:
             rate = f" at {self.rate / 1e6:.0f} MB/s" if self.rate else ""
             parts.append(f"to home: {format_size(self.backlog_bytes)} ({self.backlog_files} files){rate}")
         parts.append(f"elapsed {duration(self.elapsed)}")
-        if self.eta is not None and self.done < self.total:
-            parts.append(f"ETA {duration(self.eta)}")
-        return " · ".join(parts)
+        for path, held, room in self.tiers:
+            parts.append(f"{path} {format_size(held)}" + (f" of {format_size(room)}" if room else ""))
+        candidates = [" · ".join([*parts, self._running(n)]) for n in range(min(shown, len(self.running)), 0, -1)]
+        candidates.append(" · ".join(parts))
+        if width is None:
+            return candidates[0]
+        for text in candidates:
+            if len(text) <= width:
+                return text
+        while len(parts) > 1 and len(" · ".join(parts)) > width:
+            parts.pop()
+        return " · ".join(parts)[:width]
+
+    def _running(self, shown: int) -> str:
+        more = f" +{len(self.running) - shown}" if len(self.running) > shown else ""
+        return "running: " + ", ".join(self.running[:shown]) + more
 
 
 class WorkLeft:
@@ -197,7 +213,8 @@ class Progress:
             return
         self._bar.total = max(snap.total, snap.done, 1)
         self._bar.n = snap.done
-        self._bar.set_description_str(snap.line(), refresh=False)
+        width = _width(self._stream)  # what the terminal has now, less "[Sea] " and the bar
+        self._bar.set_description_str(snap.line(width=width - BAR_COLUMNS if width > BAR_COLUMNS else None), refresh=False)
         self._bar.refresh()
 
 

@@ -29,12 +29,14 @@ import json
 import logging
 import os
 import queue
+import secrets
 import tarfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .pack import MADE_UNDER, MTIME_NS
+from .stager import temporary_name
 
 RESULTS = Path(".sea") / "results.tar"
 KEY = "SEA.key"
@@ -48,7 +50,7 @@ class Records:
         self.home = Path(home)
         self.path = self.home / RESULTS
         self._files = files
-        self._tmp = self.path.with_name(f".{self.path.name}.sea-tmp-{os.getpid()}")
+        self._tmp = self.path.with_name(temporary_name(self.path.name, secrets.token_hex(4)))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._out = None

@@ -42,6 +42,10 @@ class Recovered:
 def kept_directories(path: Path) -> list[Path]:
     """``path`` itself if it is a directory a run kept, else the kept directories in it (a tier root)."""
     path = Path(path)
+    if not os.path.lexists(path):
+        raise SeaConfigError(f"{path} does not exist: give a directory the report's KEPT line names (or the tier it is in)")
+    if not path.is_dir():
+        raise SeaConfigError(f"{path} is not a directory: give a directory the report's KEPT line names (or the tier it is in)")
     if os.path.lexists(path / KEPT_FILE):
         return [path]
     found = sorted(p for p in path.glob("sea-*") if os.path.lexists(p / KEPT_FILE))

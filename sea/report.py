@@ -207,6 +207,9 @@ class RunReport:
             )
         if self.subnodes:
             lines.append(f"  dirs: node directories, {self.subnodes} of them MapNode sub-nodes placed on their own")
+        if self.failed_nodes:
+            shown = ", ".join(self.failed_nodes[:5]) + (f" and {len(self.failed_nodes) - 5} more" if len(self.failed_nodes) > 5 else "")
+            lines.append(f"  failed: {shown}; their directories are in the home, their crash files where the engine writes them (Nipype: execution.crashdump_dir)")
         lines += [
             f"  live working set (files some unfinished node still needs) peaked at {format_size(self.live_peak_bytes)}",
             f"  flushed home: {format_size(self.bytes_flushed)} in {self.files_flushed} files"

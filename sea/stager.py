@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import queue
+import re
 import secrets
 import shutil
 import stat
@@ -88,13 +89,17 @@ def stage_copy(
     if stat.S_ISLNK(st.st_mode):
         _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp), guard)
         return tmp, 0, tmp.lstat()
+    if not stat.S_ISREG(st.st_mode):  # a named pipe, a socket, a device: made as what it is, never opened
+        _retry_in_new_dir(dst, lambda: os.mknod(tmp, st.st_mode, st.st_rdev), guard)
+        os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+        return tmp, 0, tmp.lstat()
     mode = stat.S_IMODE(st.st_mode)
-    fin = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    fin = open_to_read(src)
     try:
         fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), guard)
         try:
             try:
-                size = _copy_data(fin, fout, interrupt)
+                size = _copy_file(fin, fout, interrupt)
                 _copy_xattrs(fin, fout)
                 os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))  # after the last write
                 copied = os.fstat(fout)
@@ -132,6 +137,16 @@ def _stage_pack(
         _unlink(tmp)
         raise
     return tmp, size, copied
+
+
+def open_to_read(path: Path) -> int:
+    """A descriptor to read the regular file at ``path``: never one that blocks (a named pipe put there
+    since it was looked at opens at once, and is refused), never through a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{path} is not a regular file any more")
+    return fd
 
 
 def _copy_xattrs(fin: int, fout: int) -> None:
@@ -172,30 +187,64 @@ def _make_dirs(path: Path, guard: Callable[[], None] | None) -> None:
         directory.mkdir(exist_ok=True)
 
 
-def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int:
-    """Copy a file's bytes between descriptors (in the kernel where it can), asking ``interrupt`` between chunks."""
+def _copy_file(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int:
+    """Copy a regular file's bytes into an empty one, its holes kept (a sparse file stays sparse, as
+    ``cp`` and MultiProc's own directory leave it): only the ranges ``SEEK_DATA`` finds are copied,
+    and the copy is given the file's length. Returns the bytes copied."""
+    length = os.fstat(fin).st_size
+    try:
+        start = os.lseek(fin, 0, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # nothing but a hole
+            os.ftruncate(fout, length)
+            return 0
+        return _copy_data(fin, fout, interrupt)  # a filesystem that cannot say where data is
+    copied = 0
+    while start < length:
+        end = os.lseek(fin, start, os.SEEK_HOLE)
+        os.lseek(fout, start, os.SEEK_SET)
+        copied += _copy_data(fin, fout, interrupt, start, end)
+        try:
+            start = os.lseek(fin, end, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            break
+    os.ftruncate(fout, length)
+    return copied
+
+
+def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None, start: int = 0, end: int | None = None) -> int:
+    """Copy a file's bytes from ``start`` to ``end`` (its end) to ``fout`` at its position (in the
+    kernel where it can), asking ``interrupt`` between chunks; returns the bytes copied."""
     chunk = CHUNK if interrupt is None else CHUNK // 4  # an optional copy stops sooner
-    size = 0
-    while True:
+    offset = start
+    while end is None or offset < end:
         if interrupt is not None and interrupt():
             raise Yielded("a copy the run needs came first")
         try:
-            sent = os.sendfile(fout, fin, size, chunk)
+            sent = os.sendfile(fout, fin, offset, chunk if end is None else min(chunk, end - offset))
         except OSError as exc:
-            if size or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE):
+            if offset > start or exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ESPIPE):
                 raise
             break  # this pair of filesystems cannot: by hand
         if not sent:
-            return size
-        size += sent
-    while data := os.read(fin, chunk):
+            return offset - start
+        offset += sent
+    else:
+        return offset - start
+    os.lseek(fin, offset, os.SEEK_SET)
+    while end is None or offset < end:
         if interrupt is not None and interrupt():
             raise Yielded("a copy the run needs came first")
+        data = os.read(fin, chunk if end is None else min(chunk, end - offset))
+        if not data:
+            break
         view = memoryview(data)
         while view:
             view = view[os.write(fout, view):]
-        size += len(data)
-    return size
+        offset += len(data)
+    return offset - start
 
 
 def _size(path: Path | PackSource) -> int:
@@ -274,19 +323,45 @@ def _destination_vanished(exc: OSError, src: Path) -> bool:
     return exc.errno == errno.ENOENT and src.exists()
 
 
+TAGS = r"(?:[0-9a-f]{8}|dir|old)"  # what temporary_name is given: a copy's random token, a directory's copy, its old one
+TEMPORARY = re.compile(rf"\..+{re.escape(TMP_MARK)}{TAGS}|{re.escape(TMP_MARK)}{TAGS}-[0-9a-f]{{16}}", re.DOTALL)
+
+
+def is_temporary(name: str) -> bool:
+    """``name`` is one :func:`temporary_name` makes (a user's ``notes.sea-tmp-keep.txt`` is not)."""
+    return TEMPORARY.fullmatch(name) is not None
+
+
 def sweep_temporaries(root: Path) -> int:
-    """Remove the temporary copies a killed run left under ``root`` (they never reached a final name)."""
+    """Remove the temporary copies a killed run left under ``root`` (they never reached a final
+    name): only what Sea names so and this user owns, and nothing that cannot be removed (another
+    user's file in a shared destination) is an error. A temporary directory is one of Sea's copies
+    of a node directory: removed whole."""
     removed = 0
+    uid = os.getuid()
     for dirpath, dirs, files in os.walk(root):
-        for name in [n for n in dirs if TMP_MARK in n]:
-            shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
+        for name in [n for n in dirs if is_temporary(n)]:
             dirs.remove(name)
-            removed += 1
-        for name in files:
-            if TMP_MARK in name:
-                os.unlink(os.path.join(dirpath, name))
+            path = os.path.join(dirpath, name)
+            if _owned(path, uid):
+                shutil.rmtree(path, ignore_errors=True)
                 removed += 1
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if is_temporary(name) and _owned(path, uid):
+                try:
+                    os.unlink(path)
+                    removed += 1
+                except OSError:
+                    pass
     return removed
+
+
+def _owned(path: str, uid: int) -> bool:
+    try:
+        return os.lstat(path).st_uid == uid
+    except OSError:
+        return False
 
 
 @dataclass
@@ -311,6 +386,7 @@ class FlushBatch:
     _writing: int = 0  # of its files, being written by a thread now
     cancelled: bool = False  # given up before any of it was written (Stager.cancel): settled then
     failed_optional: str = ""  # an optional copy that failed (out of space, over quota, I/O): why; it settles abandoned
+    links: list[tuple[Path, Path]] = field(default_factory=list)  # (a copied file, another name of it) made by its on_done
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

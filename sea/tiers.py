@@ -345,6 +345,8 @@ def discover_tiers(home: Path) -> list[TierSpec]:
             skipped.append(f"{named}: not a directory that exists")
         elif not os.access(path, os.W_OK | os.X_OK):
             skipped.append(f"{named}: not writable by this user")
+        elif (unsafe := _unsafe(Path(path), named)) is not None:
+            skipped.append(unsafe)  # before the next one on its filesystem is left out as the same
         elif (dev := device(Path(path))) == home_dev:
             skipped.append(f"{named}: on the home's filesystem")
         elif dev in devices:
@@ -352,14 +354,28 @@ def discover_tiers(home: Path) -> list[TierSpec]:
         else:
             devices[dev] = path
             found.append(TierSpec(path=path))
-    chosen = ", ".join(spec.path for spec in found) or "none: nodes run in the home"
-    if skipped:
+    chosen = ", ".join(spec.path for spec in found)
+    if not found:
+        logger.warning(
+            "[Sea] no node-local tier usable ($SLURM_TMPDIR, $TMPDIR, /dev/shm%s): this run is home-only, every node runs in the "
+            "work directory on the shared filesystem, as under the engine's own plugin; list tiers in the configuration",
+            ": " + "; ".join(skipped) if skipped else " not found",
+        )
+    elif skipped:
         logger.warning("[Sea] tiers found: %s; left out %s (list tiers in the configuration to choose them)", chosen, "; ".join(skipped))
-    elif not found:
-        logger.warning("[Sea] no node-local tier found ($SLURM_TMPDIR, $TMPDIR, /dev/shm); nodes run in the home")
     else:
         logger.info("[Sea] tiers found: %s", chosen)
     return found
+
+
+def _unsafe(path: Path, named: str) -> str | None:
+    """Why a discovered tier is not safe to use (others can write where Sea would), or ``None``."""
+    try:
+        _refuse_planted(path, str(path), named)
+        _refuse_writable_by_others(path.resolve(), str(path), named)
+    except SeaConfigError as unsafe:
+        return str(unsafe)
+    return None
 
 
 def _refuse_planted(path: Path, written: str, where: str) -> None:

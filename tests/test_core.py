@@ -290,3 +290,47 @@ def test_a_directory_handed_on_stays_until_the_readers_of_the_node_that_handed_i
     engine.node_finished("w/c")
     assert engine.physical_dir("w/a") is None and not a.physical.exists()
     engine.close()
+
+
+def test_a_pack_the_rerun_plan_counts_on_is_no_other_packs_room_before_it_is_unpacked(shm_dir, disk_dir):
+    """The core alone. A first run packs ``a1`` (0.6 s to compute). The rerun changes ``a2``: its
+    plan skips ``a1`` and unpacks it for ``a2``. Before that, ``b1`` (worth three times as much per
+    byte) finishes and wants the budget's room (one pack): ``a1``'s pack is not taken from under the
+    plan (it was, and ``a2`` then found no ``a1`` to read); ``b1`` waits for the next run."""
+    import time
+
+    from sea.pack import pack_path
+
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "progress": "off", "checkpoint_budget": "16KiB"})
+    home = disk_dir / "home"
+
+    def chain(name: str, signature: str = "") -> list[NodeSpec]:
+        return [NodeSpec(f"wf/{name}1", kind=f"slow{name}"), NodeSpec(f"wf/{name}2", kind="cheap", signature=signature, upstream=((f"wf/{name}1", "x"),)),
+                NodeSpec(f"wf/{name}3", kind="result", upstream=((f"wf/{name}2", "x"),))]  # fmt: skip
+
+    def finish(engine: SeaEngine, key: str, seconds: float = 0.0, nbytes: int = 1000) -> None:
+        (engine.place(key).physical / "data.bin").write_bytes(b"x" * nbytes)
+        time.sleep(seconds)
+        engine.node_finished(key)
+
+    first = SeaEngine(config, home)
+    first.update_graph(WorkflowGraph.from_specs(chain("a")))
+    finish(first, "wf/a1", 0.6)
+    first.stager.drain()
+    finish(first, "wf/a2")
+    finish(first, "wf/a3")
+    first.close()
+    assert pack_path(home, "wf/a1").is_file(), "the first run kept no pack: the test proves nothing"
+
+    rerun = SeaEngine(config, home)
+    rerun.update_graph(WorkflowGraph.from_specs([*chain("a", signature="changed"), *chain("b")]))
+    assert rerun.is_skipped("wf/a1") and not rerun.is_skipped("wf/a2")
+    finish(rerun, "wf/b1", 1.8, nbytes=8000)  # more than the room left, worth four times a1's per byte: it would take a1's
+    rerun.stager.drain()
+    assert pack_path(home, "wf/a1").is_file(), "a1's pack was dropped before the rerun unpacked it"
+    rerun.node_skipped("wf/a1")
+    assert (rerun.physical_dir("wf/a1") / "data.bin").read_bytes() == b"x" * 1000
+    finish(rerun, "wf/a2")
+    for key in ("wf/a3", "wf/b2", "wf/b3"):
+        finish(rerun, key)
+    assert rerun.close().success

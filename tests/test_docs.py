@@ -467,8 +467,8 @@ def test_memory_line_is_what_the_report_prints():
 
 # a progress line as Snapshot.line() writes it, after tqdm's "[Sea] " and bar
 PROGRESS_LINE = re.compile(
-    r"^\[Sea\] \S* *\d+/\d+\+? nodes( · running: [^·]+)?( · /\S+ [\d.]+ \w?i?B of [\d.]+ \w?i?B)*"
-    r"( · to home: [\d.]+ \w?i?B \(\d+ files\)( at \d+ MB/s)?)? · elapsed \w+( · ETA \w+)?\s*$"
+    r"^\[Sea\] \S* *\d+/\d+\+? nodes( · ETA \w+)?( · to home: [\d.]+ \w?i?B \(\d+ files\)( at \d+ MB/s)?)? · elapsed \w+"
+    r"( · /\S+ [\d.]+ \w?i?B of [\d.]+ \w?i?B)*( · running: [^·]+)?\s*$"
 )
 
 

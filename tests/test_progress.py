@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from sea import RunReport, SeaConfig
 from sea.report import TierReport, merge_reports
 
@@ -48,7 +50,7 @@ def test_quieting_nipype_leaves_seas_progress_and_report(disk_dir, shm_dir):
     assert "[Node] Finished" not in output, "Nipype was asked to be quiet"
     progress = [line for line in output.splitlines() if "[Sea] progress:" in line]
     assert len(progress) >= 2, output[-3000:]
-    assert re.search(r"\d+/15 nodes · .*" + re.escape(str(shm_dir)) + r" [\d.]+ \w?i?B of [\d.]+ \wiB · .*elapsed", "\n".join(progress)), progress
+    assert re.search(r"\d+/15 nodes · .*elapsed \w+ · " + re.escape(str(shm_dir)) + r" [\d.]+ \w?i?B of [\d.]+ \wiB", "\n".join(progress)), progress
     assert output.count("Sea run succeeded") == 1, output[-3000:]
     assert "--plot" in output
 
@@ -137,3 +139,21 @@ def test_progress_is_a_setting_refused_in_one_line_when_wrong():
         assert "progress 'loud' is not one of auto, bar, lines, off" in str(error)
     else:
         raise AssertionError("progress: loud accepted")
+
+
+@pytest.mark.parametrize("width", [60, 100, 180])
+def test_the_progress_line_fits_the_terminal_most_useful_fields_first(width):
+    """At 180 columns the ETA and the time elapsed were cut off, at 100 all but the node count and
+    the running names: the line keeps to the width, the nodes done, the ETA and what waits to go
+    home first, the running nodes' names last."""
+    from sea.progress import Snapshot
+
+    names = [f"incrementation/_chunk_{i}/increment_{i + 20}" for i in range(4)]
+    snap = Snapshot(elapsed=58, done=146, total=256, growing=False, running=names, tiers=[("/dev/shm", 2**30, 23 * 2**30)],
+                    backlog_bytes=512 * 2**20, backlog_files=6, rate=591e6, eta=29)  # fmt: skip
+    line = snap.line(width=width)
+    assert len(line) <= width and line.startswith("146/256 nodes · ETA 29s"), line
+    if width >= 100:
+        assert "to home: 512.0 MiB (6 files)" in line and "elapsed 58s" in line, line
+    if width >= 180:
+        assert "/dev/shm" in line and "running: incrementation/_chunk_0/increment_20" in line, line

@@ -4,6 +4,7 @@ fMRIPrep-style ``--use-plugin`` YAML file; ``sea`` never imports an engine."""
 from __future__ import annotations
 
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -164,9 +165,13 @@ def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"sea_workflows.pth", "pydra/workers/sea.py", "nipype_sea/_autoregister.py"} <= names, sorted(names)[:20]
 
-    venv = tmp_path / "venv"  # the engines from this environment; sea-workflows from the wheel, ahead of this one's
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    # the engines from this environment (a venv's, or the system's), sea-workflows from the wheel ahead
+    # of this one's: --system-site-packages would give the base interpreter's, not this venv's
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
+    inner = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True, text=True, check=True).stdout.strip()
+    Path(inner, "outer-environment.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)], check=True, timeout=300, capture_output=True)
     code = textwrap.dedent(
         """

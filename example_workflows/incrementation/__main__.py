@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     root = Path(args.root).resolve()
+    missing = [i for i in range(args.chunks) if not (root / "data" / f"chunk{i:03d}.nii").exists()]
+    if missing:  # a few GiB take a while: say what is going on
+        print(f"making {len(missing)} input image(s) of {args.chunk_mib:g} MiB in {root / 'data'} (once; a later run reuses them) ...", flush=True)
     chunks = make_chunks(root / "data", args.chunks, args.chunk_mib)
     if args.pydra:
         return run_pydra(args, root, chunks)
