@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .resume import checkpoint_identity
-from .run_state import NodeState, Run, State
+from .run_state import NodeState, Run, State, disk_usage
 
 
 class Evictor:
@@ -107,6 +107,7 @@ class Evictor:
             if part.placement is not None:
                 run.hierarchy.release(part.placement.tier, used=part.size)
                 part.evicted = True
+        self._late_writes(node)
         if p.tier.is_home:  # spilled there: an intermediate like any other
             run.hierarchy.remove(p.physical)
             run.hierarchy.release(p.tier, used=node.size)
@@ -121,6 +122,20 @@ class Evictor:
         run.sample()
         if not node.home_recorded:
             run.journal.write("evicted", key)
+
+    def _late_writes(self, node: NodeState) -> None:
+        """Files written in the node's directory after it returned (a process it left running, a tool
+        that daemonized): they go with it, where MultiProc's directory keeps them. Counted and said."""
+        size, _ = disk_usage(node.placement.physical)
+        if size <= node.size or node.parts:  # (parts placed apart were measured on their own)
+            return
+        report = self.run.report
+        report.late_writes.append(node.spec.key)
+        if len(report.late_writes) == 1:
+            self.run.log.warning(
+                "[Sea] %s: %d bytes were written in its directory after it returned (a process it left running?); they are "
+                "evicted with it (set checkpoints: all to keep directories whole)", node.spec.key, size - node.size,
+            )  # fmt: skip
 
     def evict_all(self) -> None:
         """The run ended: whatever may go, goes."""

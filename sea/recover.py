@@ -63,6 +63,7 @@ def recover(directory: Path) -> Recovered:
     done = Recovered(directory)
     for copy in record.get("copies", []):
         source, target = directory / copy["from"], Path(copy["to"])
+        _unlink_links_into(target, directory)  # a node's path in the home linked to its kept copy: it becomes the copy
         for src in _entries(source):
             dst = target / src.relative_to(source) if src != source else target
             done.bytes += atomic_copy(src, dst)
@@ -83,6 +84,17 @@ def recover(directory: Path) -> Recovered:
     record["copies"] = []
     (directory / KEPT_FILE).write_text(json.dumps(record, indent=1))
     return done
+
+
+def _unlink_links_into(target: Path, directory: Path) -> None:
+    """``target`` or a directory above it is a link into ``directory`` (a MapNode's path in the home,
+    linked to where it ran): copying through it would write into ``directory`` itself, which then
+    goes, leaving the link dangling. Such a link is removed: the copy makes a real directory there."""
+    inside = directory.resolve()
+    for path in [target, *target.parents]:
+        if path.is_symlink() and Path(os.path.realpath(path)).is_relative_to(inside):
+            path.unlink()
+            return
 
 
 def _entries(root: Path):

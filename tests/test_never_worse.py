@@ -294,3 +294,61 @@ def test_hard_links_in_a_directory_that_goes_home_stay_links(plugin, disk_dir, s
     home = disk_dir / "work" / "special" / "make"
     inodes = {os.stat(home / name).st_ino for name in ("image.nii", "linked.nii", "inputs/image.nii")}
     assert len(inodes) == 1 and os.stat(home / "image.nii").st_nlink == 3
+
+
+def test_recover_makes_a_node_path_linked_to_its_kept_copy_a_real_directory(disk_dir, shm_dir):
+    """A MapNode's path in the home is a link to where it ran; its copy home failed, so the tier's
+    directory was kept. ``sea recover`` copied through the link into the kept directory itself, then
+    removed it: the link dangled and every rerun died. The node's path becomes its copy."""
+    import json
+
+    from sea.private import KEPT_FILE, OWNER_FILE
+    from sea.recover import recover
+
+    home = disk_dir / "work"
+    kept = shm_dir / "sea-kept0123"
+    node = kept / "wf" / "mapnode"
+    (node / "mapflow" / "_mapnode0").mkdir(parents=True)
+    (node / "result_mapnode.pklz").write_bytes(b"result")
+    (node / "mapflow" / "_mapnode0" / "out.nii").write_bytes(b"image")
+    kept.chmod(0o700)
+    (kept / OWNER_FILE).write_text(f"1 host {home}")
+    (kept / KEPT_FILE).write_text(json.dumps({"copies": [{"from": "wf/mapnode", "to": str(home / "wf" / "mapnode")}], "rule": []}))
+    (home / "wf").mkdir(parents=True)
+    (home / "wf" / "mapnode").symlink_to(node, target_is_directory=True)
+    done = recover(kept)
+    logical = home / "wf" / "mapnode"
+    assert done.removed and not kept.exists()
+    assert logical.is_dir() and not logical.is_symlink(), "the home's path still links where nothing is"
+    assert (logical / "mapflow" / "_mapnode0" / "out.nii").read_bytes() == b"image" and (logical / "result_mapnode.pklz").read_bytes() == b"result"
+
+
+def test_files_a_node_leaves_a_process_to_write_after_it_returned_are_reported(disk_dir, shm_dir):
+    """A node starts a detached process that writes in its directory after the node returned: Sea
+    evicts the directory with it (MultiProc keeps it), and says so in the log and the report."""
+    from nipype import Function, Node, Workflow
+
+    from nipype_workflows import run
+
+    def detach(x):
+        import subprocess
+        import sys
+
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5); open('late.txt', 'w').write('late' * 1000)"], start_new_session=True)
+        return x
+
+    def wait(x):
+        import time
+
+        time.sleep(2.0)
+        return x
+
+    wf = Workflow(name="late", base_dir=str(disk_dir / "work"))
+    first = Node(Function(input_names=["x"], output_names=["y"], function=detach), name="detach")
+    first.inputs.x = 1
+    second = Node(Function(input_names=["x"], output_names=["y"], function=wait), name="wait")
+    wf.connect(first, "y", second, "x")
+    run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
+    report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
+    assert report.late_writes == ["late/detach"], report.to_text()
+    assert "grew after their node returned" in report.to_text()
