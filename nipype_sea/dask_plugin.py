@@ -142,38 +142,42 @@ class SeaDaskPlugin(DaskTaskLoop):
         self.prefetch = bool(config_.prefetch.enabled)
         if self.prefetch:
             self._hands = self._read_outputs(graph)
-        with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
-            sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
-            self.client = client
-            client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
-            self._address = self._workers_now()
-            self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
-            self._checked = self._started = time.monotonic()
-            success = False
-            progress = Progress(self._progress_snapshot, config_.progress, logger).start()  # the workers' engines show none
-            stop = StopSignals().install(stop=self.stop_request)  # SIGTERM (a batch system's) as Ctrl-C
-            try:
-                result = super().run(graph, config, updatehash=updatehash)
-                success = True
-                return result
-            finally:
-                stop.quiet()
-                interrupted = stop.received is not None
-                if interrupted:  # nodes not started yet never will; those running are dropped by close_run
-                    client.cancel([future for _, future in self.running().values()])
+        stop = StopSignals()
+        try:
+            with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
+                sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
+                self.client = client
+                client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
+                self._address = self._workers_now()
+                self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
+                self._checked = self._started = time.monotonic()
+                success = False
+                progress = Progress(self._progress_snapshot, config_.progress, logger).start()  # the workers' engines show none
+                stop.install(stop=self.stop_request)  # SIGTERM (a batch system's) as Ctrl-C
                 try:
-                    outcomes = client.run(close_run, success, interrupted)
+                    result = super().run(graph, config, updatehash=updatehash)
+                    success = True
+                    return result
                 finally:
-                    stop.restore()
-                    progress.stop()
-                self.report = merge_reports([(o["worker"], o["report"]) for o in outcomes.values()], self.planner.rows.values())
-                self.report.nodes_recomputed = self.planner.recomputed
-                self.report.success = success and not any(o["flush_error"] for o in outcomes.values())
-                self.report.save(home / config_.report, home)
-                announce(self.report, logger)
-                errors = [o["flush_error"] for o in outcomes.values() if o["flush_error"]]
-                if errors and success:
-                    raise SeaFlushError(errors[0])
+                    stop.quiet()
+                    interrupted = stop.received is not None
+                    if interrupted:  # nodes not started yet never will; those running are dropped by close_run
+                        client.cancel([future for _, future in self.running().values()])
+                    try:
+                        outcomes = client.run(close_run, success, interrupted)
+                    finally:
+                        stop.restore(resend=False)
+                        progress.stop()
+                    self.report = merge_reports([(o["worker"], o["report"]) for o in outcomes.values()], self.planner.rows.values())
+                    self.report.nodes_recomputed = self.planner.recomputed
+                    self.report.success = success and not any(o["flush_error"] for o in outcomes.values())
+                    self.report.save(home / config_.report, home)
+                    announce(self.report, logger)
+                    errors = [o["flush_error"] for o in outcomes.values() if o["flush_error"]]
+                    if errors and success:
+                        raise SeaFlushError(errors[0])
+        finally:
+            stop.resend()  # a SIGTERM: once the cluster is closed, the process ends on it, as MultiProc's does
 
     def _progress_snapshot(self) -> Snapshot:
         """What the driver knows: nodes done of the total and those running, by worker (the tiers

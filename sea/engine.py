@@ -547,6 +547,7 @@ class SeaEngine:
             self.log.warning("[Sea] %s: the node runs again", message)
             return False
         with self._lock:
+            self.placer.link_unpacked(node)  # complete, its paths rewritten: the engine's cache may see it
             size, _ = disk_usage(placement.physical)
             self.hierarchy.resize(placement.tier, node.size, size)  # it was placed at the pack's size
             node.size = size
@@ -873,6 +874,7 @@ class SeaEngine:
         report.files_created_home += 4  # the journal, the history, the report and this run's copy of it
         report.checkpoint_mode = self.checkpoints.mode.value
         policy = self.checkpoints
+        report.checkpoint_budget = policy.budget.spec or ""
         report.checkpoint_budget_bytes = policy.budget.bytes(policy.delivered) if policy.budget.spec is not None else 0
         report.checkpoint_held_bytes, report.checkpoint_packs = policy.held_bytes(), len(policy.held_keys())
         report.checkpoints_over_budget, report.checkpoint_stop_reason = policy.over_budget, policy.stopped

@@ -49,16 +49,22 @@ class StopSignals:
         """From now on a stop signal is only recorded."""
         self._raising = False
 
-    def restore(self) -> None:
+    def restore(self, resend: bool = True) -> None:
         """The handlers as they were. After a SIGTERM, the run wound down (its copies committed): the
         signal is delivered again, to them, so that a process nothing else catches it in ends as it
-        ends under the engine's own plugin, on the signal (exit status 143), with no traceback."""
+        ends under the engine's own plugin, on the signal (exit status 143), with no traceback
+        (``resend=False``: the caller has more to wind down first, then calls :meth:`resend`)."""
         if not self._previous:
             return
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
-        if self.received == signal.SIGTERM:
+        if resend:
+            self.resend()
+
+    def resend(self) -> None:
+        """After :meth:`restore`: a SIGTERM received is delivered again (see there)."""
+        if self.received == signal.SIGTERM and not self._previous:
             signal.raise_signal(signal.SIGTERM)
 
     def _on_signal(self, signum: int, frame: object) -> None:

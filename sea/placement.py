@@ -163,25 +163,29 @@ class Placer:
 
     def place_unpacked(self, key: str, size: int) -> Placement:
         """A directory to unpack node ``key``'s pack into (a rerun reuses it, and a node that runs
-        reads it), linked from its path in the home; like a replica, it is never flushed and is
-        evicted once its consumers finished (the pack stays)."""
+        reads it), linked from its path in the home by :meth:`link_unpacked` once complete (an
+        engine that polls its cache must never read it half-made); like a replica, it is never
+        flushed and is evicted once its consumers finished (the pack stays)."""
         run = self.run
         node = run.nodes[key]
         tier = run.hierarchy.choose(size)
         logical = run.home / key
-        run.makedirs(logical.parent)
         if logical.is_symlink():
             logical.unlink()
-        physical = logical if tier.is_home else tier.workdir / key
+        physical = tier.workdir / key if not tier.is_home else run.home / ".sea" / "unpacked" / key
         run.hierarchy.remove(physical)
         physical.mkdir(parents=True)
-        if not tier.is_home:
-            os.symlink(physical, logical, target_is_directory=True)
-            run.report.files_created_home += 1
         node.placement = Placement(key, logical, physical, tier, size)
         node.state, node.replica, node.unpacked, node.evicted, node.size = State.FINISHED, True, True, False, size
         run.hierarchy.settle(tier, size, size)
         return node.placement
+
+    def link_unpacked(self, node: NodeState) -> None:
+        """The unpacked directory is complete: its path in the home links to it from now on."""
+        p = node.placement
+        self.run.makedirs(p.logical.parent)
+        os.symlink(p.physical, p.logical, target_is_directory=True)
+        self.run.report.files_created_home += 1
 
     def drop(self, node: NodeState) -> None:
         """Remove a placed directory (and its link, and a sink's staging area): it runs again."""

@@ -136,7 +136,8 @@ class RunReport:
     checkpoint_pack_bytes: int = 0  # ... their bytes
     checkpoints_restored: int = 0  # packs unpacked to a tier for a rerun (sea.engine.SeaEngine.restore)
     checkpoints_over_budget: int = 0  # checkpoints worth their copy but not kept: no room in the budget
-    checkpoint_budget_bytes: int = 0  # what checkpoints may hold (checkpoint_budget, of what the run delivered); 0: no limit
+    checkpoint_budget: str = ""  # checkpoint_budget as configured ("": no limit)
+    checkpoint_budget_bytes: int = 0  # what checkpoints may hold (checkpoint_budget, of what the run delivered)
     checkpoint_held_bytes: int = 0  # what auto's packs hold in the home at the end (this run's and earlier runs' still in use)
     checkpoint_packs: int = 0  # ... how many
     delivered_bytes: int = 0  # what the run delivered home: declared outputs, directories that persist, results
@@ -258,8 +259,8 @@ class RunReport:
         lines = []
         if self.checkpoint_mode == "auto":
             budget = (
-                f"budget {format_size(self.checkpoint_budget_bytes)} for {format_size(self.delivered_bytes)} delivered"
-                if self.checkpoint_budget_bytes or self.delivered_bytes
+                f"budget {self.checkpoint_budget}: {format_size(self.checkpoint_budget_bytes)} for {format_size(self.delivered_bytes)} delivered"
+                if self.checkpoint_budget
                 else "no budget"
             )
             lines.append(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import stat
-import threading
 import time
 from pathlib import Path
 
@@ -25,17 +24,18 @@ def temporaries(root: Path) -> list[str]:
     return [name for _, _, files in os.walk(root) for name in files if TMP_MARK in name]
 
 
-def blocked_batch(shm_dir: Path, dst_root: Path, n: int) -> tuple[list[tuple[Path, Path]], Path]:
-    """``n`` small files, then a FIFO whose copy blocks until someone opens it for writing."""
+def slow_batch(source, dst_root: Path, n: int) -> list[tuple[Path, Path]]:
+    """``n`` small files, then one of 4 MiB on ``source`` (a slowfs mount reading at 2 MB/s): its
+    copy, last, holds the batch open for about two seconds, its temporary there."""
     files = []
     for i in range(n):
-        src = shm_dir / f"f{i:03d}.txt"
+        src = source.path / f"f{i:03d}.txt"
         src.write_text(f"{i}\n" * 50)
         files.append((src, dst_root / "out" / src.name))
-    fifo = shm_dir / "zz-fifo"
-    os.mkfifo(fifo)
-    files.append((fifo, dst_root / "out" / "zz-fifo"))
-    return files, fifo
+    big = source.path / "zz-big.bin"
+    big.write_bytes(os.urandom(4 * 2**20))
+    files.append((big, dst_root / "out" / big.name))
+    return files
 
 
 def wait_for(condition, seconds: float = 20.0) -> None:
@@ -45,22 +45,20 @@ def wait_for(condition, seconds: float = 20.0) -> None:
         time.sleep(0.02)
 
 
-def test_a_batch_of_many_files_on_a_local_disk_is_synced_once_and_renamed_only_then(shm_dir, disk_dir):
-    files, fifo = blocked_batch(shm_dir, disk_dir, SYNCFS_MIN_FILES + 4)
+def test_a_batch_of_many_files_on_a_local_disk_is_synced_once_and_renamed_only_then(disk_dir, slowfs_factory):
+    files = slow_batch(slowfs_factory(read_mbps=2, write_mbps=1000), disk_dir, SYNCFS_MIN_FILES + 4)
     done: list[FlushBatch] = []
-    stager = Stager(threads=1)  # in order: the FIFO, last, holds the batch open
+    stager = Stager(threads=1)  # in order: the big file, last, holds the batch open
     stager.submit(FlushBatch("many", files, done.append), DECLARED)
     out = disk_dir / "out"
-    wait_for(lambda: len(temporaries(out)) == len(files) - 1)
-    # every file but the FIFO is written, none is at its final name: they wait for the batch's sync
-    assert sorted(p.name for p in out.iterdir() if TMP_MARK not in p.name) == []
-    with open(fifo, "w"):
-        pass  # the FIFO's copy ends (empty)
+    wait_for(lambda: len(temporaries(out)) == len(files))
+    # every file is written or being written, none is at its final name: they wait for the batch's sync
+    assert sorted(p.name for p in out.iterdir() if TMP_MARK not in p.name) == [] and not done
     stager.drain()
     stager.close()
     assert not done[0].errors and len(done[0].committed) == len(files)
     assert temporaries(out) == []
-    for src, dst in files[:-1]:
+    for src, dst in files:
         assert dst.read_bytes() == src.read_bytes() and dst.stat().st_mtime_ns == src.stat().st_mtime_ns
     recorded = {dst: (size, mtime) for dst, size, mtime in done[0].committed}
     for dst, (size, mtime) in recorded.items():  # what a rerun will compare with
@@ -75,18 +73,14 @@ def test_a_few_files_or_a_fuse_filesystem_are_synced_file_by_file(disk_dir, slow
     assert not BatchSync(files=10_000).defer(fs.path / "not" / "made" / "yet")
 
 
-def test_an_optional_batch_cut_short_leaves_nothing_written_in_place(shm_dir, disk_dir):
-    files, fifo = blocked_batch(shm_dir, disk_dir, SYNCFS_MIN_FILES + 4)
+def test_an_optional_batch_cut_short_leaves_nothing_written_in_place(disk_dir, slowfs_factory):
+    files = slow_batch(slowfs_factory(read_mbps=2, write_mbps=1000), disk_dir, SYNCFS_MIN_FILES + 4)
     done: list[FlushBatch] = []
     stager = Stager(threads=1)
     stager.submit(FlushBatch("checkpoint", files, done.append), CHECKPOINT)
     out = disk_dir / "out"
-    wait_for(lambda: len(temporaries(out)) == len(files) - 1)
-    ender = threading.Thread(target=stager.abandon, args=(CHECKPOINT,))
-    ender.start()
-    with open(fifo, "w"):
-        pass
-    ender.join()
+    wait_for(lambda: len(temporaries(out)) == len(files))  # the big file's copy under way
+    stager.abandon(CHECKPOINT)  # the run ends: it stops at its next chunk
     stager.drain()
     stager.close()
     assert done[0].abandoned and not done[0].committed and not done[0].errors
