@@ -370,11 +370,27 @@ def output_paths(result) -> list[str]:
 
 
 def _paths_in(value) -> list[str]:
+    """The paths ``value`` names: its file sets', and absolute paths written as plain text (a shell
+    task's ``pwd``, handed on as a string: a reference to that directory all the same)."""
     from fileformats.core import FileSet
     from pydra.utils.typing import TypeParser
 
     found: list[str] = []
     TypeParser.apply_to_instances(FileSet, lambda fs: found.extend(sorted(map(str, fs.fspaths))) or fs, value)
+
+    def plain(item) -> None:
+        if isinstance(item, (str, os.PathLike)) and not isinstance(item, FileSet):
+            text = str(os.fspath(item)).strip()
+            if os.path.isabs(text) and "\n" not in text:
+                found.append(text)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            for each in item:
+                plain(each)
+        elif isinstance(item, dict):
+            for each in item.values():
+                plain(each)
+
+    plain(value)
     return found
 
 

@@ -352,3 +352,29 @@ def test_files_a_node_leaves_a_process_to_write_after_it_returned_are_reported(d
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     assert report.late_writes == ["late/detach"], report.to_text()
     assert "grew after their node returned" in report.to_text()
+
+
+def test_a_directory_handed_on_as_a_plain_string_stays_until_its_readers_finished(tmp_path, shm_dir):
+    """Pydra's own ``test_wf_shell_cmd_1``: a shell task prints its directory (``pwd``), a Python
+    task hands it on as a plain string, a second shell task lists it. The directory is a reference
+    all the same: it stays on its tier until the lister ran (it was evicted before, under ``sea``)."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.compose import python, shell, workflow
+    from pydra.engine.submitter import Submitter
+
+    @python.define
+    def StripAndListify(x: str) -> list[str]:
+        return [x.strip()]
+
+    @workflow.define
+    def Listing(cmd1: str, cmd2: str) -> str:
+        shelly_pwd = workflow.add(shell.define(cmd1)())
+        listify = workflow.add(StripAndListify(x=shelly_pwd.stdout))
+        shelly_ls = workflow.add(shell.define(cmd2)(append_args=listify.out))
+        return shelly_ls.stdout
+
+    for worker, options in (("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}})):
+        with Submitter(worker=worker, cache_root=tmp_path / worker, **options) as sub:
+            res = sub(Listing(cmd1="pwd", cmd2="ls"))
+        assert not res.errored, res.errors
+        assert "_result.pklz" in res.outputs.out and "_job.pklz" in res.outputs.out, (worker, res.outputs.out)
