@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,19 @@ def mounted_tmpfs(size: str, parent: str = "/var/tmp", options: str = ""):
         if subprocess.run(["umount", str(mountpoint)], capture_output=True).returncode != 0:
             subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)
         mountpoint.rmdir()
+
+
+@pytest.fixture(scope="session")
+def other_user() -> tuple[int, int]:
+    """A real second user on this machine (``useradd``): the other user of a shared node. Test
+    processes running side by side may both add it: the one that finds it made already takes it."""
+    try:
+        entry = pwd.getpwnam("sea-attacker")
+    except KeyError:
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "sea-attacker"], capture_output=True, text=True)
+        assert made.returncode in (0, 9), made.stderr  # 9: the name exists (another test process made it)
+        entry = pwd.getpwnam("sea-attacker")
+    return entry.pw_uid, entry.pw_gid
 
 
 @pytest.fixture

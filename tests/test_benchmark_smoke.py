@@ -20,10 +20,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SMOKE_CONFIGS = "A,B,C,CN,C',CP,T,S,P,PS,PSP"
 
 
+def benchmark_scratch() -> set[str]:
+    """The scratch of benchmarks.run on this machine: its mounts and directories. Compared before and
+    after a benchmark, since another benchmark or test process may run beside this one."""
+    mounts = re.findall(r"\S*sea-bench-run-\S*", Path("/proc/mounts").read_text())
+    return {*mounts, *map(str, Path("/dev/shm").glob("sea-bench-run-*")), *map(str, Path("/var/tmp").glob("sea-bench-run-*"))}
+
+
 def smoke_matrix(out: Path, throttles: str, workloads: str, configs: str = SMOKE_CONFIGS) -> str:
     """``benchmarks.run`` at smoke size, every smoke configuration (or ``configs``); its table (smoke.md)."""
     command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--configs", configs,
                "--throttles", throttles, "--workloads", workloads, "--out", str(out)]  # fmt: skip
+    before = benchmark_scratch()
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = process.communicate(timeout=400)
@@ -36,9 +44,8 @@ def smoke_matrix(out: Path, throttles: str, workloads: str, configs: str = SMOKE
     assert "all identical" in text
     assert (out / "smoke.png").read_bytes()[:4] == b"\x89PNG"
     assert (out / "smoke.json").is_file()
-    mounts = Path("/proc/mounts").read_text()
-    assert "sea-bench-run-" not in mounts, "the benchmark left a mount behind"
-    assert not list(Path("/dev/shm").glob("sea-bench-run-*")) and not list(Path("/var/tmp").glob("sea-bench-run-*"))
+    left = benchmark_scratch() - before
+    assert not left, f"the benchmark left its scratch behind: {left}"
     return text
 
 
@@ -89,14 +96,14 @@ def test_dwi_mrtrix_runs_on_the_busy_filesystem(tmp_path):
     runs end to end on the busy shared filesystem, with Sea's outputs identical to MultiProc's."""
     command = [sys.executable, "-m", "benchmarks.run", "--size", "smoke", "--reps", "1", "--throttles", "busy",
                "--workloads", "dwi_mrtrix", "--configs", "A,C", "--out", str(tmp_path)]  # fmt: skip
-    before = set(re.findall(r"\S*sea-bench-run-\S*", Path("/proc/mounts").read_text()))  # a benchmark running beside this one
+    before = benchmark_scratch()
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     text = (tmp_path / "smoke.md").read_text()
     assert "## busy shared filesystem, dwi_mrtrix" in text and "page cache mode" in text
     assert "| A " in text and "| C " in text and "all identical" in text
-    left = set(re.findall(r"\S*sea-bench-run-\S*", Path("/proc/mounts").read_text())) - before
-    assert not left, f"the benchmark left a mount behind: {left}"
+    left = benchmark_scratch() - before
+    assert not left, f"the benchmark left its scratch behind: {left}"
 
 
 def test_rerun_benchmark_smoke_runs_its_three_steps(tmp_path):
@@ -106,6 +113,7 @@ def test_rerun_benchmark_smoke_runs_its_three_steps(tmp_path):
     issue 32's targets."""
     command = [sys.executable, "-m", "benchmarks.reruns", "--size", "smoke", "--reps", "1", "--throttles", "unloaded",
                "--workloads", "incrementation", "--configs", "A,C", "--out", str(tmp_path)]  # fmt: skip
+    before = benchmark_scratch()
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, f"benchmark failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     text = (tmp_path / "reruns-smoke.md").read_text()
@@ -114,7 +122,7 @@ def test_rerun_benchmark_smoke_runs_its_three_steps(tmp_path):
     assert "Outputs identical to A's at every step: yes." in text, text
     steps = {(s["workload"], s["config"], s["step"]) for s in json.loads((tmp_path / "reruns-smoke.json").read_text())["steps"]}
     assert steps == {("incrementation", c, s) for c in ("A", "C") for s in ("first", "rerun", "resumed")}
-    assert not list(Path("/dev/shm").glob("sea-bench-run-*")) and not list(Path("/var/tmp").glob("sea-bench-run-*"))
+    assert not benchmark_scratch() - before, "the benchmark left its scratch behind"
 
 
 def test_many_files_benchmark_smoke_runs_with_its_target(tmp_path):

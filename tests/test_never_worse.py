@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import signal
 import stat
 import subprocess
@@ -102,16 +101,6 @@ def test_a_sparse_file_arrives_sparse(plugin, disk_dir, shm_dir):
 
 
 # ------------------------------------------------------------------ files Sea did not make
-@pytest.fixture(scope="session")
-def other_user() -> tuple[int, int]:
-    try:
-        entry = pwd.getpwnam("sea-attacker")
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "sea-attacker"], check=True)
-        entry = pwd.getpwnam("sea-attacker")
-    return entry.pw_uid, entry.pw_gid
-
-
 def test_the_sweep_removes_only_what_sea_made_and_never_fails_on_another_users_file(disk_dir, shm_dir, other_user):
     """A user's ``notes.sea-tmp-keep.txt`` (a name with Sea's mark, not one Sea makes) in the work
     directory and in a DataSink's destination survives a run; another user's file named exactly as

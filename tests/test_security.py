@@ -5,7 +5,6 @@ nor an eviction follows a link out of a node's directory."""
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 import subprocess
 import sys
@@ -110,15 +109,9 @@ def test_links_in_a_node_directory_are_neither_followed_by_eviction_nor_by_a_flu
 
 # ------------------------------------------------------------------ tier roots others can write
 @pytest.fixture(scope="session")
-def attacker() -> tuple[int, int]:
-    """A real second user on this machine (``useradd``): the other user of a shared node."""
-
-    try:
-        entry = pwd.getpwnam("sea-attacker")
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "sea-attacker"], check=True)
-        entry = pwd.getpwnam("sea-attacker")
-    return entry.pw_uid, entry.pw_gid
+def attacker(other_user) -> tuple[int, int]:
+    """A real second user on this machine (conftest's ``other_user``): the other user of a shared node."""
+    return other_user
 
 
 def unsafe_roots(base: Path, uid: int, gid: int) -> dict[str, tuple[Path, str]]:
