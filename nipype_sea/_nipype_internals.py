@@ -46,6 +46,7 @@ from nipype.pipeline.plugins.multiproc import MultiProcPlugin, process_initializ
 from nipype.pipeline.plugins.tools import report_nodes_not_run
 
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
+from sea.graph import paths_named
 from sea.interrupt import StopRequest, die_on_terminate, stop_process_pool
 from sea.memory import JobPeak, offer_to_oom_killer
 from sea.ordering import HELD_PER_ROUND, ReadyQueue
@@ -349,7 +350,7 @@ def own_inputs(node) -> str:
 
 def paths_read(result) -> list[str]:
     """The absolute paths among the inputs a node ran with (its ``InterfaceResult.inputs``)."""
-    return _absolute_paths(getattr(result, "inputs", None) or {})
+    return paths_named(getattr(result, "inputs", None) or {})
 
 
 def paths_given(result) -> list[str]:
@@ -360,25 +361,7 @@ def paths_given(result) -> list[str]:
         return []
     from traits.api import HasTraits
 
-    return _absolute_paths(outputs.get() if isinstance(outputs, HasTraits) else dict(vars(outputs)))  # a MapNode's: a Bunch
-
-
-def _absolute_paths(values) -> list[str]:
-    found: list[str] = []
-
-    def walk(value) -> None:
-        if isinstance(value, str):
-            if os.path.isabs(value):
-                found.append(value)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-
-    walk(values)
-    return found
+    return paths_named(outputs.get() if isinstance(outputs, HasTraits) else dict(vars(outputs)))  # a MapNode's: a Bunch
 
 
 def declared_memory(node) -> int:

@@ -50,6 +50,8 @@ from pathlib import Path
 
 import attrs
 
+from sea.graph import paths_named
+
 TESTED_RANGE = ("1.0a12", "1.0a12")
 
 
@@ -377,21 +379,7 @@ def _paths_in(value) -> list[str]:
 
     found: list[str] = []
     TypeParser.apply_to_instances(FileSet, lambda fs: found.extend(sorted(map(str, fs.fspaths))) or fs, value)
-
-    def plain(item) -> None:
-        if isinstance(item, (str, os.PathLike)) and not isinstance(item, FileSet):
-            text = str(os.fspath(item)).strip()
-            if os.path.isabs(text) and "\n" not in text:
-                found.append(text)
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            for each in item:
-                plain(each)
-        elif isinstance(item, dict):
-            for each in item.values():
-                plain(each)
-
-    plain(value)
-    return found
+    return found + paths_named(value, skip=lambda item: isinstance(item, FileSet))
 
 
 def _with_paths(fileset, paths: list[Path]):

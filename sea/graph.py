@@ -8,7 +8,8 @@ path its consumers use to reach it, so it is stable across runs.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,3 +118,32 @@ class WorkflowGraph:
                 return path
             path = str(Path(path).parent)
         return None
+
+
+def paths_named(value, skip: Callable[[object], bool] = lambda _item: False) -> list[str]:
+    """The absolute paths ``value`` names as text (a string or path-like, at any depth of lists,
+    tuples, sets and dicts' values), but for the items ``skip`` takes: what an adapter reports as a
+    node's references, that keep the directories they are in.
+
+    >>> paths_named({"out": ["/w/a/x.nii", "rel.txt", 3], "log": "/w/a/\\nnot a path"})
+    ['/w/a/x.nii']
+    """
+    found: list[str] = []
+
+    def walk(item) -> None:
+        if skip(item):
+            return
+        if isinstance(item, (str, os.PathLike)):
+            text = os.fspath(item)
+            text = text.strip() if isinstance(text, str) else ""
+            if os.path.isabs(text) and "\n" not in text:
+                found.append(text)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            for each in item:
+                walk(each)
+        elif isinstance(item, dict):
+            for each in item.values():
+                walk(each)
+
+    walk(value)
+    return found
