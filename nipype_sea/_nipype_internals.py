@@ -22,6 +22,7 @@ Facts relied upon (nipype 1.8-1.12):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import logging
@@ -45,6 +46,7 @@ from nipype.pipeline.plugins.base import DistributedPluginBase
 from nipype.pipeline.plugins.multiproc import MultiProcPlugin, process_initializer, run_node
 from nipype.pipeline.plugins.tools import report_nodes_not_run
 
+from sea import view as sea_view
 from sea.config import SeaConfigError, check_bool, check_choice, check_positive_number, check_whole_number
 from sea.graph import paths_named
 from sea.interrupt import StopRequest, die_on_terminate, stop_process_pool
@@ -289,24 +291,7 @@ def read_copies(node, copies: dict[str, str]) -> int:
 
         node.config = merge_dict(deepcopy(config._sections), {})
     node._get_hashval()
-
-    def swapped(value):
-        if isinstance(value, str):
-            return copies.get(value, value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(swapped(v) for v in value)
-        return value
-
-    changed = 0
-    traits = node.inputs.traits()
-    for name, value in node.inputs.get().items():
-        if traits[name].copyfile is False:
-            continue
-        new = swapped(value)
-        if new != value:
-            setattr(node.inputs, name, new)
-            changed += 1
-    return changed
+    return _rewrite_inputs(node, lambda path: copies.get(path, path), linked_too=False)
 
 
 def restore_originals(directory: Path, copies: dict[str, str]) -> None:
@@ -554,10 +539,7 @@ def result_from_record(data: bytes, moves: dict[Path, Path]):
     """The ``InterfaceResult`` a result file's bytes hold, its outputs' paths moved by ``moves``
     (old directory -> new one), its traits set without validation: the files a record of an evicted
     node names exist no more (``load_resultfile`` would refuse an output ``File(exists=True)``)."""
-    _, result, loader, _ = _read_unvalidated(data, _mover(moves))
-    for key, state in loader.states.items():
-        loader.objects[key].__dict__.update(state)  # a traited object's values live in its __dict__
-    return result
+    return _built(data, _mover(moves))
 
 
 def _mover(moves: dict[Path, Path]):
@@ -843,6 +825,12 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
 
     def job_failed(self, node) -> None: ...
 
+    def view_of(self, node):
+        """How the node, about to be submitted, sees the home (:class:`sea.view.View`), or ``None``."""
+        return None
+
+    def view_refused(self, reason: str) -> None: ...
+
     # helpers for subclasses ---------------------------------------------------
     def node_of(self, jobid: int):
         return self.procs[jobid]
@@ -990,7 +978,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         if getattr(node.interface, "terminal_output", "") == "stream":  # as MultiProc: no streaming outputs
             node.interface.terminal_output = "allatonce"
         self._submitted[taskid] = (node, updatehash)
-        self._task_obj[taskid] = future = self._usable_pool().submit(run_measured, node, updatehash, taskid)
+        self._task_obj[taskid] = future = self._usable_pool().submit(run_measured, node, updatehash, taskid, self.view_of(node))
         future.add_done_callback(self._async_callback)
         logger.debug("[MultiProc] Submitted task %s (taskid=%d).", node.fullname, taskid)
         return taskid
@@ -1011,6 +999,8 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
         result = super()._get_result(taskid)
         self._result = result.get("result") if result and not result.get("traceback") else None
         self._memory = result.get(MEASURED) if result else None
+        if result and result.get(VIEW_REFUSED):
+            self.view_refused(result[VIEW_REFUSED])
         if result and result.get("traceback") and taskid in self._submitted:
             node, updatehash = self._submitted[taskid]
             text = "".join(result["traceback"])
@@ -1019,7 +1009,7 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
                 return REQUEUE
             if self.retry_node(node, text):
                 del self._taskresult[taskid]
-                future = self._usable_pool().submit(run_measured, node, updatehash, taskid)
+                future = self._usable_pool().submit(run_measured, node, updatehash, taskid, self.view_of(node))
                 self._task_obj[taskid] = future
                 future.add_done_callback(self._async_callback)
                 return None
@@ -1047,12 +1037,79 @@ class EventedMultiProc(_IncrementalLoop, MultiProcPlugin):
 MEASURED = "sea_memory"  # the key run_measured adds to run_node's result
 
 
-def run_measured(node, updatehash, taskid) -> dict:
+VIEW_REFUSED = "sea_view_refused"  # ... and, when the node could not be shown its view, why
+
+
+def run_measured(node, updatehash, taskid, view=None) -> dict:
     """MultiProc's ``run_node``, in the worker process, with the most memory the node held there
-    (:class:`sea.memory.JobPeak`) in its result under :data:`MEASURED`."""
+    (:class:`sea.memory.JobPeak`) in its result under :data:`MEASURED`; in its ``view``
+    (:class:`sea.view.View`) when one is given and this process may make it."""
     with JobPeak() as peak:
-        result = run_node(node, updatehash, taskid)
+        refused = view and (sea_view.enter() or _run_in_view(node, updatehash, taskid, view))
+        result = run_node(node, updatehash, taskid) if view is None or isinstance(refused, str) else refused
+    if isinstance(refused, str):
+        result[VIEW_REFUSED] = refused
     result[MEASURED] = peak.bytes
+    return result
+
+
+def _run_in_view(node, updatehash, taskid, view) -> dict | str:
+    """``run_node`` at the node's path in the home (see :mod:`sea.view`): its inputs name its
+    producers' and its prefetched copies' paths as the home names them, its hash is Nipype's own
+    for those paths (as MultiProc computes it), and what it hands on names their real paths again.
+    The reason, if the view could not be made."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(view.mounted())
+        except OSError as e:
+            return f"a node's view could not be mounted ({e.strerror or e})"
+        node._get_inputs()
+        if _rewrite_inputs(node, view.to_logical):
+            node._hashvalue = node._hashed_inputs = None  # taken again, with the paths the node sees
+        node._output_dir = str(view.logical)
+        result = run_node(node, updatehash, taskid)
+    _rewrite_results(Path(view.physical).glob("result_*.pklz"), view.to_physical)
+    if result.get("result") is not None:
+        result["result"] = _rewritten(result["result"], view.to_physical)
+    return result
+
+
+def _rewrite_inputs(node, rewrite, linked_too: bool = True) -> int:
+    """Rewrite with ``rewrite`` the path strings the node's inputs name (not those of inputs whose
+    files the interface links into its directory, ``copyfile=False``, unless ``linked_too``);
+    the number of inputs changed."""
+    def swapped(value):
+        if isinstance(value, str):
+            return rewrite(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(swapped(v) for v in value)
+        return value
+
+    changed = 0
+    traits = node.inputs.traits()
+    for name, value in node.inputs.get().items():
+        if not linked_too and traits[name].copyfile is False:
+            continue
+        new = swapped(value)
+        if new != value:
+            setattr(node.inputs, name, new)
+            changed += 1
+    return changed
+
+
+def _rewritten(result, rewrite):
+    """An ``InterfaceResult`` with the paths its outputs give rewritten (as :func:`_rewrite_results`)."""
+    import gzip
+
+    return _built(gzip.compress(pickle.dumps(result)), rewrite)
+
+
+def _built(data: bytes, rewrite):
+    """The ``InterfaceResult`` a result file's bytes hold, its outputs' paths rewritten with
+    ``rewrite``, its traits set without validation."""
+    _, result, loader, _ = _read_unvalidated(data, rewrite)
+    for key, state in loader.states.items():
+        loader.objects[key].__dict__.update(state)  # a traited object's values live in its __dict__
     return result
 
 

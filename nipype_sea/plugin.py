@@ -192,6 +192,13 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if nx_.read_copies(node, copies):
             self._copies[key] = copies
 
+    def view_of(self, node):
+        key = self._node_key(node)
+        return self.engine.view(key, self._copies.get(key))
+
+    def view_refused(self, reason: str) -> None:
+        self.engine.view_refused(reason)
+
     def max_running(self) -> int | None:
         return self.engine.concurrency_cap
 
@@ -206,8 +213,10 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         if placement is None:
             return False
         nx_.set_run_dir(node, placement.physical)
-        if placement.staging is not None:
-            nx_.redirect_sink(node, placement.staging)
+        spec = self.engine.graph.nodes.get(key)  # None: a MapNode's sub-node
+        destination = placement.staging or (spec.sink_destination if spec is not None else None)  # placed home now: its own
+        if destination is not None:
+            nx_.redirect_sink(node, destination)
         return True
 
     def job_finished(self, node, cached: bool, result=None, memory: int | None = None) -> None:

@@ -261,6 +261,33 @@ def discard_result(job) -> None:
     (Path(job.cache_dir) / "_result.pklz").unlink(missing_ok=True)
 
 
+_locate_result: ty.Callable[[str], Path | None] | None = None  # set while a run of the ``sea`` worker lasts
+
+
+def find_results_on_tiers(locate: ty.Callable[[str], Path | None] | None) -> None:
+    """Pydra submits a checksum once: a job of another node with the same checksum (the same task
+    and inputs) is not submitted but waits until ``Job.result`` finds that checksum's result in its
+    caches (``pydra.engine.job.load_result``). A job Sea placed on a tier whose directory does not
+    go home would never be found there: while ``locate`` is set, a result not found in a job's
+    caches is looked for in the directory ``locate(checksum)`` gives (``None``: none to look in)."""
+    global _locate_result
+    import pydra.engine.job as job_module
+
+    _locate_result = locate
+    original = getattr(job_module.load_result, "_sea_original", None)
+    if original is None:
+        original = job_module.load_result
+
+        def load_result(checksum, caches, *args, **kwargs):
+            found = original(checksum, caches, *args, **kwargs)
+            if found is None and _locate_result is not None and (where := _locate_result(checksum)) is not None:
+                found = original(checksum, [where.parent], *args, **kwargs)
+            return found
+
+        load_result._sea_original = original
+        job_module.load_result = load_result
+
+
 def look_in_home(job, home: Path, tier: Path) -> None:
     """The finished job's result is read from ``home`` only (and the read-only caches), not from
     ``tier``, where it ran: Pydra's loop polls ``Job.done`` of every job it has not seen finish
@@ -278,7 +305,7 @@ def relocate_result(copy: Path, moves: dict[Path, Path]) -> list[str]:
     prefixes = {}
     for old, new in moves.items():
         prefixes[Path(old)] = prefixes[Path(old).resolve()] = Path(new)
-    return _rewrite_result(Path(copy) / "_result.pklz", prefixes, move_cache_dir=True)
+    return _rewrite_result(Path(copy) / "_result.pklz", _prefix_mover(prefixes), move_cache_dir=True)
 
 
 def input_files(job) -> list[Path]:
@@ -347,7 +374,7 @@ def restore_originals(directory: Path, dirs: dict[Path, Path]) -> None:
     """A job that ran on prefetched copies may hand their paths on in its outputs (a task returning
     its input): its saved result is rewritten to name the originals, which outlive the copies."""
     if dirs:
-        _rewrite_result(Path(directory) / "_result.pklz", dirs, move_cache_dir=False)
+        _rewrite_result(Path(directory) / "_result.pklz", _prefix_mover(dirs), move_cache_dir=False)
 
 
 def _file_inputs(job) -> list[tuple[str, ty.Any]]:
@@ -394,21 +421,9 @@ def _with_paths(fileset, paths: list[Path]):
     return moved
 
 
-def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_dir: bool) -> list[str]:
-    """Rewrite the file paths of a saved ``Result`` under each prefix (directory -> directory):
-    written under a temporary name, fsync'ed, renamed. Returns the new file paths written."""
-    import os
-
-    import cloudpickle as cp
-    from fileformats.core import FileSet
-    from pydra.utils.typing import TypeParser
-
-    if not result_file.exists():
-        return []
-    with open(result_file, "rb") as f:
-        result = cp.load(f)
+def _prefix_mover(prefixes: dict[Path, Path]) -> ty.Callable[[Path], Path]:
+    """A path rewriter: under a directory of ``prefixes`` (the longest first), to its new one."""
     pairs = sorted(((str(before), str(after)) for before, after in prefixes.items()), key=lambda pair: -len(pair[0]))
-    written: list[str] = []
 
     def move(path: Path) -> Path:
         text = str(path)
@@ -417,25 +432,23 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
                 return Path(after + text[len(before) :])
         return path
 
-    changed = False
+    return move
 
-    def relocate(fileset: FileSet) -> FileSet:
-        nonlocal changed
-        paths = [move(Path(p)) for p in fileset.fspaths]
-        if set(paths) == set(map(Path, fileset.fspaths)):
-            return fileset
-        changed = True
-        written.extend(str(p) for p in paths)
-        return _with_paths(fileset, paths)
 
-    if result.outputs is not None:
-        for field in attrs.fields(type(result.outputs)):
-            # past the field's converter: it would make each type of a union (NiftiGzX before NiftiGz)
-            # check that the files are at their new paths, where the copy is not yet
-            object.__setattr__(result.outputs, field.name, TypeParser.apply_to_instances(FileSet, relocate, getattr(result.outputs, field.name)))
+def _rewrite_result(result_file: Path, move: ty.Callable[[Path], Path], move_cache_dir: bool) -> list[str]:
+    """Rewrite with ``move`` the file paths of a saved ``Result`` (and its ``cache_dir``, with
+    ``move_cache_dir``): written under a temporary name, fsync'ed, renamed. Returns the new file
+    paths written."""
+    import cloudpickle as cp
+
+    if not result_file.exists():
+        return []
+    with open(result_file, "rb") as f:
+        result = cp.load(f)
+    written = _move_outputs(result, move)
     if move_cache_dir:
         result.cache_dir = move(Path(result.cache_dir))
-    elif not changed:
+    elif not written:
         return written
     tmp = result_file.with_name(f".{result_file.name}.relocating")
     with open(tmp, "wb") as f:
@@ -444,6 +457,80 @@ def _rewrite_result(result_file: Path, prefixes: dict[Path, Path], move_cache_di
         os.fsync(f.fileno())
     os.replace(tmp, result_file)
     return written
+
+
+def _move_outputs(result, move: ty.Callable[[Path], Path]) -> list[str]:
+    """Rewrite with ``move`` the file paths a ``Result``'s outputs name, in place; the new paths."""
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    written: list[str] = []
+
+    def relocate(fileset: FileSet) -> FileSet:
+        paths = [move(Path(p)) for p in fileset.fspaths]
+        if set(paths) == set(map(Path, fileset.fspaths)):
+            return fileset
+        written.extend(str(p) for p in paths)
+        return _with_paths(fileset, paths)
+
+    if result.outputs is not None:
+        for field in attrs.fields(type(result.outputs)):
+            # past the field's converter: it would make each type of a union (NiftiGzX before NiftiGz)
+            # check that the files are at their new paths, where the copy is not yet
+            object.__setattr__(result.outputs, field.name, TypeParser.apply_to_instances(FileSet, relocate, getattr(result.outputs, field.name)))
+    return written
+
+
+def run_in_view(job_pkl: bytes, rerun: bool, view):
+    """The pickled job run at its directory's path in the home (:mod:`sea.view`): its file inputs
+    name their producers' and prefetched copies' paths as the home names them, and its result,
+    saved and returned, names their real paths again. The reason, if the view could not be made."""
+    import contextlib
+
+    import cloudpickle as cp
+    from fileformats.core import FileSet
+    from pydra.utils.typing import TypeParser
+
+    job = cp.loads(job_pkl)
+    job.checksum  # noqa: B018 - Pydra hashes file sets by their contents: the same in the view
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(view.mounted())
+        except OSError as e:
+            return f"a job's view could not be mounted ({e.strerror or e})"
+
+        def shown(fileset: FileSet) -> FileSet:
+            paths = [Path(view.to_logical(str(p))) for p in fileset.fspaths]
+            return fileset if paths == list(map(Path, fileset.fspaths)) else _with_paths(fileset, paths)
+
+        for name, value in _file_inputs(job):
+            setattr(job.task, name, TypeParser.apply_to_instances(FileSet, shown, value))
+        job._inputs = None
+        run_under(job, view.home)
+        # Pydra empties a job's directory by removing it (``Job._populate_filesystem``): the bound
+        # directory cannot be removed, so it is emptied here and the job told it may reuse it
+        _empty(Path(view.physical))
+        job._can_resume = True
+        result = job.run(rerun=rerun)
+
+    def real(path: Path) -> Path:
+        return Path(view.to_physical(str(path)))
+
+    _rewrite_result(Path(view.physical) / "_result.pklz", real, move_cache_dir=True)
+    if result is not None:
+        _move_outputs(result, real)
+        result.cache_dir = real(Path(result.cache_dir))
+    return result
+
+
+def _empty(directory: Path) -> None:
+    import shutil
+
+    for entry in os.scandir(directory):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
 
 
 def submit_through(job, submitter) -> None:

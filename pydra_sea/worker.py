@@ -55,6 +55,7 @@ import cloudpickle as cp
 from pydra.workers import cf
 
 from sea import NodeSpec, SeaConfig, SeaEngine, SeaFlushError, WorkflowGraph, console
+from sea import view as sea_view
 from sea.config import check_whole_number
 from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals, die_on_terminate, raise_in_loop, stop_process_pool
@@ -148,6 +149,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
+            px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
@@ -195,6 +197,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         """End the run's state; the engine to close, and whether a stop signal came."""
         self._interrupt.quiet()  # a second Ctrl-C must not cut the final flushes short
         engine, self.engine = self.engine, None
+        px_.find_results_on_tiers(None)
         self._registered.clear()
         self._persisted.clear()
         self._claimed.clear()
@@ -283,20 +286,23 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             await self._settled(key, quiet=True)
         return await self._in_process(job, rerun)
 
-    async def _in_process(self, job, rerun: bool):
-        """Run the job in one of cf's processes. A process that died under it (the OOM killer) broke
-        the pool for every job in it: the pool is replaced for the jobs to come, and the error goes to
-        the caller (a job Sea placed runs again, see :meth:`_run_placed`)."""
+    async def _in_process(self, job, rerun: bool, view=None):
+        """Run the job in one of cf's processes, in its ``view`` (:class:`sea.view.View`) if given.
+        A process that died under it (the OOM killer) broke the pool for every job in it: the pool is
+        replaced for the jobs to come, and the error goes to the caller (a job Sea placed runs again,
+        see :meth:`_run_placed`)."""
         pool = self.pool
         with self._watching():
             try:
                 measured = await asyncio.get_running_loop().run_in_executor(
-                    pool, functools.partial(self.uncloudpickle_and_run, consumed=self._consumed.get(job.checksum)), cp.dumps(job), rerun
+                    pool, functools.partial(self.uncloudpickle_and_run, consumed=self._consumed.get(job.checksum), view=view), cp.dumps(job), rerun
                 )
             except BrokenProcessPool:
                 await self._retire(pool)
                 raise
         self._memory[job.checksum] = measured.memory
+        if measured.view_refused and self.engine is not None:
+            self.engine.view_refused(measured.view_refused)
         return measured.result
 
     async def _retire(self, pool: ProcessPoolExecutor) -> None:
@@ -370,20 +376,22 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy
         originals, copy_dirs = px_.read_copies(job, copies)
         try:
-            result = await self._run_placed(job, key, rerun)
+            result = await self._run_placed(job, key, rerun, copy_dirs)
         finally:
             px_.put_back_inputs(job, originals)
         px_.restore_originals(Path(job.cache_dir), copy_dirs)
         return result
 
-    async def _run_placed(self, job, key: str, rerun: bool):
+    async def _run_placed(self, job, key: str, rerun: bool, copy_dirs: dict[Path, Path] | None = None):
+        """``copy_dirs``: the directories of the prefetched copies its inputs name -> the originals'."""
         engine = self.engine
         placement = engine.place(key, link=False)
+        copies = {str(original / f.name): str(f) for copy, original in (copy_dirs or {}).items() for f in copy.iterdir()}
         while True:
             px_.run_under(job, placement.physical.parent)
             self._running[key] = (job, placement.physical.parent)  # until its process is done with it
             try:
-                result = await self._in_process(job, rerun)
+                result = await self._in_process(job, rerun, engine.view(key, copies, whole_home=True))
                 self._running.pop(key, None)
                 return result
             except BrokenProcessPool:  # its process died (the OOM killer): it runs again, fewer at a time
@@ -410,7 +418,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 raise
 
     @classmethod
-    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool, consumed: dict[str, tuple] | None = None) -> _Measured:
+    def uncloudpickle_and_run(cls, job_pkl: bytes, rerun: bool, consumed: dict[str, tuple] | None = None, view=None) -> _Measured:
         """In the pool's process: the job's result, and the most memory it held (:class:`sea.memory.JobPeak`).
         A job that failed while saving (out of space) leaves the process in its directory, which Sea
         then removes; Pydra's next job there starts by ``os.getcwd()``. The files of its outputs other
@@ -422,11 +430,12 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         except FileNotFoundError:
             os.chdir("/")
         with JobPeak() as peak:
-            result = super().uncloudpickle_and_run(job_pkl, rerun)
+            refused = view and (sea_view.enter() or px_.run_in_view(job_pkl, rerun, view))
+            result = super().uncloudpickle_and_run(job_pkl, rerun) if view is None or isinstance(refused, str) else refused
         if consumed:
             with contextlib.suppress(Exception):  # what is not in the cache, Pydra hashes as it would
                 px_.hash_outputs(result, consumed)
-        return _Measured(result, peak.bytes)
+        return _Measured(result, peak.bytes, refused if isinstance(refused, str) else "")
 
     async def _settled(self, key: str, quiet: bool = False) -> None:
         """Until the job's directory settled (``SeaEngine.is_settled``), or with ``quiet``, until
@@ -513,6 +522,14 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             if all(id(s) in self._registered for s in px_.successors(graph, pred)):
                 self.engine.seal([j.checksum for j in px_.jobs_of(pred) if self._placed_here(j) and j.checksum not in held])
 
+    def _result_dir(self, checksum: str) -> Path | None:
+        """Where the job of ``checksum`` Sea placed keeps its result, on a tier, if Pydra may read
+        it there (not on its way home: see :func:`~pydra_sea._pydra_internals.look_in_home`)."""
+        engine = self.engine
+        if engine is None or checksum in self._persisted or checksum not in engine.graph:
+            return None
+        return engine.physical_dir(checksum)
+
     def _placed_here(self, job) -> bool:
         """The job is the core's node of its checksum: not one that ran in the home because another
         job with the same checksum had it (see run); only its own consumers hold that directory."""
@@ -546,10 +563,11 @@ def _cancel_what_is_left(loop: asyncio.AbstractEventLoop | None) -> None:
 
 
 class _Measured(ty.NamedTuple):
-    """What a pool process sends back: the job's result, and the most memory the job held there."""
+    """What a pool process sends back: the job's result, the most memory the job held there."""
 
     result: ty.Any
     memory: int | None
+    view_refused: str = ""  # why the job could not be shown its view (sea.view), if it could not
 
 
 def _process_init() -> None:

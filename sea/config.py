@@ -206,6 +206,16 @@ class SeaConfig:
             True,
         ),
     )
+    logical_paths: bool = field(
+        default=True,
+        metadata=_doc(
+            "run each node at its directory's path in the home, in a private mount namespace, while its "
+            "bytes live on a tier: the command lines and working directories programs record (MRtrix3, "
+            "AFNI) name the home, as under the engine's own plugin. Where namespaces are not allowed the "
+            "nodes run at their tier paths and the report says why; false: always at their tier paths",
+            True,
+        ),
+    )
     stager_threads: int = field(
         default=2, metadata=_doc("threads copying declared outputs home in the background", 2)
     )
@@ -533,6 +543,8 @@ def _parse_report(value: Any, what: str) -> str:
             f"{what} {value!r} would be written outside the home (base_dir); give a path inside it such as "
             "'sea-report.json' or 'reports/sea.json' (copy it elsewhere after the run if you need it there)"
         )
+    if Path(value).parts[0] == ".sea":
+        raise SeaConfigError(f"{what} {value!r} is inside .sea/, where Sea keeps its journal and records; give another name such as 'sea-report.json'")
     return value
 
 
@@ -601,6 +613,7 @@ _PARSERS = {
     "checkpoint_budget": _parse_budget,
     "keep_intermediates": check_bool,
     "backpressure": check_bool,
+    "logical_paths": check_bool,
     "stager_threads": _parse_threads,
     "report": _parse_report,
     "sinks": _parse_sinks,

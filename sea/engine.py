@@ -49,7 +49,7 @@ from pathlib import Path
 
 from .backpressure import BackPressure
 from .checkpoint import Budget, CheckpointPolicy, CopyCost, Deliverables
-from .config import SeaConfig, headroom_bytes
+from .config import SeaConfig, SeaConfigError, headroom_bytes
 from .console import SeaError
 from .estimate import SizeEstimator
 from .eviction import Evictor
@@ -73,6 +73,7 @@ from .run_state import NodeState, Placement, Run, SeaFlushError, SeaHomeMoved, S
 from .sizes import format_size
 from .stager import CHECKPOINT, KEPT, Stager
 from .tiers import StorageHierarchy, Tier
+from .view import VIEWS_DIR, View
 
 __all__ = ["JOURNAL", "HISTORY", "Placement", "SeaEngine", "SeaFlushError", "SeaHomeMoved", "State", "sweep_partial_copies"]
 
@@ -153,6 +154,8 @@ class SeaEngine:
             self.machine = machine
             self._history = self.home / (HISTORY if machine is None else HISTORY.with_name(f"history-{machine}.json"))
             self._report_path = self.home / (self.config.report if machine is None else Path(".sea") / f"report-{machine}.json")
+            if self._report_path.is_dir() or not self._report_path.parent.is_dir() and self._report_path.parent.exists():
+                raise SeaConfigError(f"report: {self.config.report!r} names a directory in the home {self.home} (a workflow's?); give a file name such as 'sea-report.json'")
             self.estimator = SizeEstimator.load(self._history, config.default_node_size)
             self.run = Run(
                 config,
@@ -335,10 +338,11 @@ class SeaEngine:
         return node.state is State.FINISHED and not node.flushes_pending and (node.keep or node.flush_failed or p is None or p.tier.is_home)
 
     def is_quiet(self, key: str) -> bool:
-        """Nothing of the node will move into the home any more: it is not running, and no copy of
-        it is on its way there (a node's copies home are decided when it finishes)."""
+        """Nothing of the node will move into its path in the home any more: it is not running, and
+        no copy of its directory is on its way there (a node's copies home are decided when it
+        finishes; a checkpoint's pack goes elsewhere, and may wait for the run's end)."""
         node = self.run.nodes[key]
-        return node.state is not State.RUNNING and not node.flushes_pending
+        return node.state is not State.RUNNING and not (node.flushes_pending and node.home_copy is not None)
 
     def holds(self, key: str) -> bool:
         """This machine has the node's directory (its own run, or a replica), not evicted."""
@@ -398,6 +402,8 @@ class SeaEngine:
         return input_tier_rank(self.run, key)
 
     def _inputs_moved(self, key: str) -> None:
+        if key not in self.graph:  # a MapNode's sub-node: its consumers are its MapNode's, which waits for it
+            return
         consumers = self.graph.consumers(key)
         for queue in self._queues:
             queue.rerank(consumers)
@@ -688,6 +694,31 @@ class SeaEngine:
         It is never flushed (its own machine does that) and is evicted once its consumers finished."""
         with self._lock:
             return self.placer.place_replica(key, size)
+
+    # ---------------------------------------------------------------- views (sea.view)
+    def view(self, key: str, copies: dict[str, str] | None = None, whole_home: bool = False) -> View | None:
+        """How node ``key``, placed, sees the home when it runs in a worker process: at its path
+        there, its producers at theirs, the prefetched ``copies`` (original -> copy) at their
+        originals' (``None``: it runs at its real path; ``logical_paths: false``, or no fast tier).
+        ``whole_home``: the engine writes beside the node's directory too (Pydra's lock files)."""
+        with self._lock:
+            node = self.run.nodes.get(key)
+            tiers = self.hierarchy.fast_tiers
+            if not self.config.logical_paths or self.report.paths_recorded or node is None or node.placement is None or not tiers:
+                return None
+            p = node.placement
+            roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
+            scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
+            return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home)
+
+    def view_refused(self, reason: str) -> None:
+        """A worker process could not show a node its view (:func:`sea.view.enter`): nodes run at
+        their tier paths from now on; said once, and in the report."""
+        with self._lock:
+            if self.report.paths_recorded:
+                return
+            self.report.paths_recorded = reason
+        self.log.warning("[Sea] nodes run at their tier paths, which programs that record their command line will name: %s", reason)
 
     # ---------------------------------------------------------------- prefetch (sea.prefetch)
     @property

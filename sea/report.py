@@ -94,6 +94,7 @@ class RunReport:
     nodes_cached: int = 0  # the engine's own cache check, or Sea's resume plan
     nodes_failed: int = 0
     failed_nodes: list[str] = field(default_factory=list)  # their names
+    paths_recorded: str = ""  # why nodes ran at their tier paths, not at their paths in the home (sea.view), if they did
     late_writes: list[str] = field(default_factory=list)  # nodes whose directories grew after they returned (evicted with them)
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
@@ -211,6 +212,8 @@ class RunReport:
             lines.append(f"  dirs: node directories, {self.subnodes} of them MapNode sub-nodes placed on their own")
         if self.late_writes:
             lines.append(f"  {len(self.late_writes)} node directories grew after their node returned (a process left running?), first {self.late_writes[0]}: evicted with them")
+        if self.paths_recorded:
+            lines.append(f"  paths recorded by programs name the tiers, not the home: {self.paths_recorded} (logical_paths)")
         if self.failed_nodes:
             shown = ", ".join(self.failed_nodes[:5]) + (f" and {len(self.failed_nodes) - 5} more" if len(self.failed_nodes) > 5 else "")
             lines.append(f"  failed: {shown}; their directories are in the home, their crash files where the engine writes them (Nipype: execution.crashdump_dir)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -367,3 +368,398 @@ def test_a_directory_handed_on_as_a_plain_string_stays_until_its_readers_finishe
             res = sub(Listing(cmd1="pwd", cmd2="ls"))
         assert not res.errored, res.errors
         assert "_result.pklz" in res.outputs.out and "_job.pklz" in res.outputs.out, (worker, res.outputs.out)
+
+
+MRTRIX = pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)")
+
+
+def _history(mif: Path) -> list[str]:
+    """The ``command_history`` lines of an MRtrix3 ``.mif`` header: the command lines that made it."""
+    header = mif.read_bytes().split(b"\nEND\n")[0].decode()
+    return [line for line in header.splitlines() if line.startswith("command_history:")]
+
+
+@MRTRIX
+def test_programs_record_the_homes_paths_as_under_multiproc(disk_dir, shm_dir):
+    """MRtrix3 records each command line in the ``.mif`` it writes (Nipype's ``MRConvert``, two in a
+    row): under SeaMultiProc it records the paths MultiProc would give it, the work directory's, not
+    the tier's (``logical_paths``, on by default), and the outputs are byte-identical. With
+    ``logical_paths: false`` the tier path shows: the comparison can fail."""
+    import nibabel as nib
+    import numpy as np
+    from nipype import Node, Workflow
+    from nipype.interfaces.io import DataSink
+    from nipype.interfaces.mrtrix3 import MRConvert
+
+    source = disk_dir / "in.nii"
+    nib.Nifti1Image(np.arange(64, dtype=np.float32).reshape(4, 4, 4), np.eye(4)).to_filename(source)
+    made = {}
+    for tag, plugin, sea in (("mp", "MultiProc", None), ("sea", "SeaMultiProc", {}), ("tier", "SeaMultiProc", {"logical_paths": False})):
+        wf = Workflow(name="mif", base_dir=str(disk_dir / "work"))  # the same path each time: it is recorded
+        first = Node(MRConvert(in_file=str(source), out_file="a.mif"), name="first")
+        second = Node(MRConvert(out_file="b.mif", args="-datatype float64"), name="second")
+        sink = Node(DataSink(base_directory=str(disk_dir / f"out-{tag}")), name="sink")
+        wf.connect([(first, second, [("out_file", "in_file")]), (first, sink, [("out_file", "@a")]), (second, sink, [("out_file", "@b")])])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        args = {"n_procs": 2} if sea is None else {"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}], **sea}}
+        wf.run(plugin=plugin, plugin_args=args)
+        made[tag] = {name: (disk_dir / f"out-{tag}" / name).read_bytes() for name in ("a.mif", "b.mif")}
+        (disk_dir / "work").rename(disk_dir / f"work-{tag}")
+    assert made["sea"] == made["mp"]
+    assert f"{disk_dir}/work/mif/first/a.mif" in _history(disk_dir / "out-sea" / "b.mif")[-1]
+    assert str(shm_dir) in _history(disk_dir / "out-tier" / "b.mif")[-1]  # the tier's path, gone since
+    report = RunReport.from_json(disk_dir / "work-sea" / "sea-report.json")
+    assert report.success and report.nodes_run == 3 and not report.paths_recorded, report.to_text()
+    assert sorted(p.name for p in (disk_dir / "work-sea" / "mif").iterdir()) == sorted(p.name for p in (disk_dir / "work-tier" / "mif").iterdir())  # nothing more in the home
+    assert sea_private_dirs(shm_dir) == []
+
+
+@MRTRIX
+def test_pydra_tasks_record_the_homes_paths_as_under_cf(disk_dir, shm_dir):
+    """The same under the ``sea`` worker with ``pydra-tasks-mrtrix3``: a job's ``.mif`` records its
+    producer's path in the cache as ``cf`` does, and a shell task's ``pwd`` prints its directory in
+    the cache, not on the tier."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from fileformats.medimage import DicomDir
+    from pydra.compose import shell, workflow
+    from pydra.engine.submitter import Submitter
+    from pydra.tasks.dcm2niix import Dcm2Niix
+    from pydra.tasks.mrtrix3.v3_1 import MrConvert, MrMath
+
+    from dicom_series import write_series
+
+    Pwd = shell.define("pwd")
+    globals()["DicomDir"] = DicomDir  # Pydra reads the annotation (a string here: __future__.annotations) in the module
+
+    @workflow.define(outputs=["mean", "wd"])
+    def Convert(in_dir: DicomDir):
+        dcm = workflow.add(Dcm2Niix(in_dir=in_dir, compress="y", out_dir=Path("."), filename="sub01"), name="dcm2niix")
+        conv = workflow.add(MrConvert(in_file=dcm.out_file, out_file="converted.mif", datatype="float32"), name="mrconvert")
+        mean = workflow.add(MrMath(in_file=conv.out_file, operation="mean", axis=2, out_file="mean.mif"), name="mrmath")
+        return mean.out_file, workflow.add(Pwd(), name="pwd").stdout
+
+    series = DicomDir(write_series(disk_dir / "dicom"))
+    made = {}
+    for worker, options in (("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}})):
+        with Submitter(worker=worker, cache_root=disk_dir / "cache", n_procs=2, **options) as submitter:
+            result = submitter(Convert(in_dir=series))
+        assert not result.errored, result.errors
+        made[worker] = (Path(result.outputs.mean.fspath).read_bytes(), result.outputs.wd.strip())
+        (disk_dir / "cache").rename(disk_dir / f"cache-{worker}")
+    assert made["sea"] == made["cf"]
+    assert made["sea"][1].startswith(f"{disk_dir}/cache/")
+    assert f"{disk_dir}/cache/" in _history(Path(disk_dir / "cache-sea").glob("*/mean.mif").__next__())[-1]
+    assert sea_private_dirs(shm_dir) == []
+
+
+@MRTRIX
+def test_an_unprivileged_user_gets_the_view_and_nothing_of_it_stays(disk_dir, shm_dir, other_user):
+    """As a user without privileges (``useradd``), in a process of their own: :func:`sea.view.enter`
+    makes a user and mount namespace; a program run in the view sees the node's directory at its
+    path in the home (``getcwd``, what MRtrix3 records), writes into the tier, reads its producer
+    through the home's path; afterwards the home holds nothing new and nothing stays mounted."""
+    from sea.view import View
+
+    uid, gid = other_user
+    home, tier = disk_dir / "home", shm_dir / "sea-x"
+    (tier / "wf" / "producer").mkdir(parents=True)
+    (tier / "wf" / "node").mkdir(parents=True)
+    (home / "wf").mkdir(parents=True)
+    import nibabel as nib
+    import numpy as np
+
+    nib.Nifti1Image(np.ones((2, 2, 2), dtype=np.float32), np.eye(4)).to_filename(tier / "wf" / "producer" / "in.nii")
+    for path in (disk_dir, home, home / "wf", shm_dir, *tier.rglob("*"), tier):
+        os.chown(path, uid, gid)
+    view = View(home, home / "wf" / "node", tier / "wf" / "node", (tier,), tier / ".views")
+    report = disk_dir / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # the user's process
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            refused = __import__("sea.view", fromlist=["enter"]).enter()
+            with view.mounted():
+                os.chdir(view.logical)
+                made = subprocess.run(["mrconvert", "-quiet", view.to_logical(str(tier / "wf" / "producer" / "in.nii")), "out.mif"], capture_output=True, text=True, env={**os.environ, "HOME": str(disk_dir)})
+                lines = [str(refused), os.getcwd(), str(made.returncode), made.stderr.strip().replace("\n", " "), *(_history(Path("out.mif")) if made.returncode == 0 else [])]
+                os.chdir("/")
+            report.write_text("\n".join(lines))
+        except BaseException:
+            report.write_text(__import__("traceback").format_exc())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert report.exists() and "Traceback" not in report.read_text(), report.read_text() if report.exists() else "the child wrote nothing"
+    refused, cwd, code, stderr, *history = report.read_text().split("\n", 4)
+    history = history[0] if history else ""
+    assert (refused, code) == ("None", "0"), stderr
+    assert cwd == str(home / "wf" / "node")
+    assert history == f"command_history: mrconvert -quiet {home}/wf/producer/in.nii out.mif  (version={history.split('version=')[1]}"
+    assert (tier / "wf" / "node" / "out.mif").is_file()
+    assert [p.name for p in (home / "wf").iterdir()] == []  # nothing made in the home
+    assert not (tier / ".views").exists() or list((tier / ".views").iterdir()) == []
+    assert str(home) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_where_namespaces_are_not_allowed_nodes_run_at_their_tier_paths_and_the_report_says_why(disk_dir, shm_dir, other_user):
+    """A process that may not make a user namespace (here: one with a second thread, which the
+    kernel refuses as a seccomp profile or ``user.max_user_namespaces=0`` would) gets the reason
+    from :func:`sea.view.enter` instead of an error; the engine says it once and writes it in the
+    report."""
+    uid, gid = other_user
+    report = disk_dir / "child.txt"
+    os.chown(disk_dir, uid, gid)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            import threading
+
+            threading.Thread(target=time.sleep, args=(5,), daemon=True).start()
+            report.write_text(str(__import__("sea.view", fromlist=["enter"]).enter()))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    reason = report.read_text()
+    assert reason.startswith("private mount namespaces are not allowed here"), reason
+    from sea import SeaEngine
+
+    engine = SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), disk_dir / "work")
+    engine.view_refused(reason)
+    engine.view_refused(reason)  # said once
+    run_report = engine.close()
+    assert run_report.paths_recorded == reason
+    assert f"paths recorded by programs name the tiers, not the home: {reason}" in run_report.to_text()
+
+
+# ------------------------------------------------------------------ a real user's files (second pass)
+def _as_user(user: tuple[int, int], home: Path, function, *args) -> None:
+    """``function(*args)`` in a process of a user without privileges (root bypasses every mode
+    these tests are about); its traceback, if it raised, fails the test."""
+    uid, gid = user
+    failure = home / f"failure-{time.monotonic_ns()}.txt"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _python_reachable()
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.environ["HOME"] = str(home)
+            os.chdir(home)
+            function(*args)
+        except BaseException:
+            failure.write_text(__import__("traceback").format_exc())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert not failure.exists(), failure.read_text()
+
+
+def _python_reachable() -> None:
+    """In this (root's) process, about to become another user's: the interpreter and the paths it
+    imports from made reachable to that user when a directory above them is closed to others (a
+    ``pyenv`` under ``/root``, 0700), in a mount namespace of this process's own: a tmpfs open to
+    all over the closed directory, each needed directory under it bound back."""
+    from sea import view
+
+    needed = {Path(p) for p in (sys.base_prefix, sys.prefix, *sys.path) if p and Path(p).is_dir()}
+    closed: dict[Path, list[Path]] = {}
+    for path in needed:
+        for ancestor in reversed([path, *path.parents]):
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                closed.setdefault(ancestor, []).append(path)
+                break
+    if not closed:
+        return
+    os.unshare(os.CLONE_NEWNS) if hasattr(os, "unshare") else view._check(view._libc.unshare(view._CLONE_NEWNS), "unshare")
+    view._mount(None, "/", None, view._MS_REC | view._MS_SLAVE)
+    for top, paths in closed.items():
+        kept = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths}
+        view._mount("tmpfs", str(top), "tmpfs", 0, "mode=755")
+        for path, fd in kept.items():
+            path.mkdir(parents=True, exist_ok=True)
+            view._mount(f"/proc/self/fd/{fd}", str(path), None, view._MS_BIND)
+
+
+def _leaves_private_files():
+    import os
+
+    with open("../shared.txt", "w") as f:  # beside its own directory
+        f.write("for the next node")
+    return os.path.abspath("out.txt")
+
+
+def _reads_shared(path):
+    import os
+
+    os.mkdir("private", 0o700)  # as tempfile.mkdtemp(dir=".") makes it
+    with open("private/subject.txt", "w") as f:
+        f.write("a name, a date of birth")
+    with open(os.path.join(os.path.dirname(path), "..", "shared.txt")) as f:
+        return f.read()
+
+
+def _run_modes_workflow(plugin: str, base: str, tier: str) -> None:
+    from nipype import Function, Node, Workflow
+
+    wf = Workflow(name="modes", base_dir=base)
+    first = Node(Function(output_names=["out"], function=_leaves_private_files), name="first")
+    second = Node(Function(input_names=["path"], output_names=["out"], function=_reads_shared), name="second")
+    middle = Node(Function(output_names=["out"], function=_leaves_private_files), name="middle")  # read: evicted
+    last = Node(Function(input_names=["path"], output_names=["out"], function=_reads_shared), name="last")
+    wf.connect([(first, second, [("out", "path")]), (middle, last, [("out", "path")])])
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    args = {"n_procs": 2, **({"sea": {"tiers": [{"path": tier}]}} if plugin == "SeaMultiProc" else {})}
+    wf.run(plugin=plugin, plugin_args=args)
+
+
+def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(disk_dir, shm_dir, other_user):
+    """Run by a user without privileges, nodes leave what the second adversarial pass found Sea
+    mishandled, each of which MultiProc keeps: a directory only its owner may enter (it came home
+    open to all), a read-only tree (left on the tier forever), a file written beside the node's
+    own directory (lost). Under Sea the home holds
+    the same, with the same modes, and nothing is left on the tier."""
+    uid, gid = other_user
+    for path in (disk_dir, shm_dir):
+        os.chown(path, uid, gid)
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        _as_user(other_user, disk_dir, _run_modes_workflow, plugin, str(disk_dir / plugin), str(shm_dir))
+
+    def modes(root: Path) -> dict[str, str]:
+        found = {}
+        for dirpath, dirs, files in os.walk(root):
+            for name in dirs + files:
+                path = Path(dirpath) / name
+                rel = str(path.relative_to(root))
+                if not any(part.startswith(("_", ".")) or part.endswith((".pklz", ".json", ".rst")) for part in Path(rel).parts):
+                    found[rel] = oct(stat.S_IMODE(os.lstat(path).st_mode))
+        return found
+
+    multiproc, sea = modes(disk_dir / "MultiProc" / "modes"), modes(disk_dir / "SeaMultiProc" / "modes")
+    assert multiproc["second/private"] == "0o700" and multiproc["shared.txt"]
+    for rel in ("second/private", "second/private/subject.txt", "last/private", "shared.txt"):
+        assert sea.get(rel) == multiproc.get(rel), (rel, sea.get(rel), multiproc.get(rel))
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
+    assert report.success and report.nodes_run == 4, report.to_text()
+    assert sea_private_dirs(shm_dir) == []
+
+
+def test_a_job_whose_checksum_another_node_has_does_not_hang(tmp_path, shm_dir):
+    """Two nodes of a Pydra workflow make jobs with the same checksums (the same task, the same
+    inputs): Pydra submits one and waits for the other's result in its cache. Under ``sea`` the
+    first's directory stays on its tier (the checkpoint budget): the second finds its result there
+    (Pydra's own ``test_wf_3nd_ndst_7``, which hung)."""
+    done = run_script(f"""
+        from pydra.compose import python, workflow
+        from pydra.engine.submitter import Submitter
+
+        @python.define
+        def Add2(x): return x + 2
+
+        @python.define
+        def Multiply(x, y): return x * y
+
+        @workflow.define
+        def Worky(x):
+            add2x = workflow.add(Add2().split("x", x=x), name="add2x")
+            add2y = workflow.add(Add2().split("x", x=x), name="add2y")
+            return workflow.add(Multiply(x=add2x.out, y=add2y.out).split(("_add2x", "_add2y"))).out
+
+        with Submitter(worker="sea", cache_root={str(tmp_path / "cache")!r}, sea={{"tiers": [{{"path": {str(shm_dir)!r}}}]}}) as sub:
+            result = sub(Worky(x=[1, 2]))
+        assert not result.errored, result.errors
+        print(result.outputs.out)
+    """, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("[9, 16]")
+
+
+def test_a_read_only_tree_and_an_unreadable_file_are_removed_and_copied_by_their_owner(disk_dir, shm_dir, other_user):
+    """A node's read-only tree (a dataset's copy, 0555 directories) is removed from the tier by its
+    owner (eviction left it there for good), and a file its owner made unreadable (0000) is copied
+    home with its mode (the copy failed and the run with it), as a user without privileges."""
+    from sea.private import PrivateDir
+    from sea.stager import stage_copy
+
+    uid, gid = other_user
+    for path in (disk_dir, shm_dir):
+        os.chown(path, uid, gid)
+
+    def as_owner():
+        private = PrivateDir.create(shm_dir, "test")
+        tree = private.path / "wf" / "node" / "atlas" / "labels"
+        tree.mkdir(parents=True)
+        (tree / "l.txt").write_text("labels")
+        for path, mode in ((tree / "l.txt", 0o444), (tree, 0o555), (tree.parent, 0o555)):
+            os.chmod(path, mode)
+        locked = private.path / "wf" / "node" / "locked.txt"
+        locked.write_text("no one reads this")
+        os.chmod(locked, 0)
+        tmp, size, _ = stage_copy(locked, disk_dir / "locked.txt")
+        os.replace(tmp, disk_dir / "locked.txt")
+        assert size == 17 and stat.S_IMODE(os.lstat(disk_dir / "locked.txt").st_mode) == 0 and stat.S_IMODE(os.lstat(locked).st_mode) == 0
+        private.remove(private.path / "wf" / "node")
+        assert not (private.path / "wf" / "node").exists()
+        private.remove_all()
+
+    _as_user(other_user, disk_dir, as_owner)
+    assert sea_private_dirs(shm_dir) == []
+
+
+def test_a_mapnode_sub_node_out_of_room_on_its_tier_reruns_on_the_next(disk_dir, tmpfs_factory):
+    """Sub-nodes of a MapNode fill a 5 MiB tier (3 MiB each) and a sink delivers them: the one that
+    runs out of room runs again on the next tier, as whole nodes do (the retry failed inside Sea's
+    placement, and a sink retried at home wrote to its staging on the full tier again)."""
+    tier = tmpfs_factory("5M")
+    done = run_script(f"""
+        import os
+        from nipype import Function, MapNode, Node, Workflow
+        from nipype.interfaces.io import DataSink
+
+        def big(i):
+            import os, time
+            os.makedirs("d")
+            with open("d/big.bin", "wb") as f:
+                for _ in range(3):
+                    f.write(b"x" * 2**20)
+                    f.flush()
+                    time.sleep(0.05)
+            return os.path.abspath("d")
+
+        def count(d):
+            import os
+            return len(os.listdir(d))
+
+        wf = Workflow(name="wf", base_dir={str(disk_dir / "work")!r})
+        a = MapNode(Function(input_names=["i"], output_names=["d"], function=big), iterfield=["i"], name="a")
+        a.inputs.i = [1, 2, 3]
+        b = MapNode(Function(input_names=["d"], output_names=["c"], function=count), iterfield=["d"], name="b")
+        sink = Node(DataSink(base_directory={str(disk_dir / "out")!r}), name="sink")
+        wf.connect([(a, b, [("d", "d")]), (a, sink, [("d", "dirs")])])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin="SeaMultiProc", plugin_args={{"n_procs": 2, "sea": {{"tiers": [{{"path": {str(tier)!r}}}]}}}})
+    """, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    delivered = sorted((disk_dir / "out" / "dirs").glob("*/d/big.bin"))
+    assert len(delivered) == 3 and all(p.stat().st_size == 3 * 2**20 for p in delivered)
+    assert sea_private_dirs(tier) == []
+
+
+def test_a_report_path_naming_a_directory_or_seas_own_files_is_one_line(disk_dir, shm_dir):
+    """``report:`` naming the workflow's directory ended the run in a traceback (and left
+    ``wf.tmp``); naming ``.sea/journal.jsonl`` overwrote the journal: both are refused, before any
+    node runs, in one line."""
+    from sea import SeaEngine
+
+    with pytest.raises(SeaConfigError, match=r"inside \.sea/"):
+        SeaConfig.load({"report": ".sea/journal.jsonl"})
+    (disk_dir / "work" / "wf").mkdir(parents=True)
+    with pytest.raises(SeaConfigError, match="names a directory in the home"):
+        SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "report": "wf"}), disk_dir / "work")
+    assert sea_private_dirs(shm_dir) == [] and not (disk_dir / "work" / ".sea" / "run.lock").exists()

@@ -1,0 +1,216 @@
+"""A node's view: it runs at its directory's path in the home while its bytes live on a tier.
+
+Programs that record their command line or working directory in what they write (MRtrix3's
+``command_history``, AFNI's ``HISTORY_NOTE``) would otherwise record a tier path that is gone once
+the node is evicted, where the engine's own plugin records the home's. So a worker process enters a
+private mount namespace once (:func:`enter`; unprivileged, through a user namespace that maps only
+the user's own ids), and for each node mounts, visible to that process and its children only:
+
+- an overlay at the workflow's directory in the home (``<home>/<top>``) whose lower layers are
+  the tiers' copies of it (their private directories mirror the home) and then the home's own:
+  the node's producers, wherever they are, appear at their paths in the home, read-only;
+- the node's real directory, bound at its path in the home: it writes there;
+- each prefetched copy of an input, bound over the original file.
+
+Nothing is written in the home (the overlay's upper layer is on a tier) and everything is unmounted
+when the node returns. Where namespaces are not allowed (a container's seccomp profile, a kernel
+without unprivileged overlays), the node runs at its tier path, as without a view, and
+:func:`enter` gives the reason, said once in the report.
+
+>>> view = View(home=Path("/h"), logical=Path("/h/wf/n"), physical=Path("/t/sea-1/wf/n"), roots=(Path("/t/sea-1"),), scratch=Path("/t/sea-1/.views"))
+>>> view.to_logical("/t/sea-1/wf/p/out.nii"), view.to_logical("/data/raw.nii")
+('/h/wf/p/out.nii', '/data/raw.nii')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
+_MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
+_MNT_DETACH = 2
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
+_libc = ctypes.CDLL(None, use_errno=True)
+VIEWS_DIR = ".sea-views"  # in a tier's private directory: each worker's overlay scratch
+_entered: str | None = None  # "" once this process is in its own namespace, else why not
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def c(text):
+        return os.fsencode(text) if text is not None else None
+
+    _check(_libc.mount(c(source), c(target), c(fstype), flags, c(data)), f"mount on {target}")
+
+
+def _umount(target: str) -> None:
+    _libc.umount2(os.fsencode(target), _MNT_DETACH)
+
+
+def enter() -> str | None:
+    """Put this process in a mount namespace of its own (once; it must have one thread): ``None``
+    when it is, else the reason it cannot be."""
+    global _entered
+    if _entered is None:
+        _entered = _enter()
+    return _entered or None
+
+
+def _enter() -> str:
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        if uid == 0:
+            _check(_libc.unshare(_CLONE_NEWNS), "unshare")
+        else:
+            # a process that dropped root's ids without exec is not dumpable: its /proc files are
+            # root's, and it could not write its own id maps; it is, while it writes them
+            dumpable = _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+            _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWUSER), "unshare")
+            _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+            try:
+                for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                    with open(f"/proc/self/{name}", "w") as f:
+                        f.write(text)
+            finally:
+                _libc.prctl(_PR_SET_DUMPABLE, dumpable, 0, 0, 0)
+        # mounts made later outside still appear here; ours never leave this process's namespace
+        _mount(None, "/", None, _MS_REC | _MS_SLAVE)
+    except OSError as e:
+        return f"private mount namespaces are not allowed here ({e.strerror or e})"
+    return ""
+
+
+def _escaped(path: Path) -> str:
+    """A path as overlay's mount options read it."""
+    return str(path).replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+@dataclass(frozen=True)
+class View:
+    """How one node sees the home (see the module's docstring). ``roots``: directories laid out
+    as the home (the tiers' private directories), looked up in order, before the home."""
+
+    home: Path
+    logical: Path
+    physical: Path
+    roots: tuple[Path, ...]
+    scratch: Path  # a directory of the run's own on a tier: each process mounts its overlay's scratch there
+    copies: tuple[tuple[str, str], ...] = ()  # (original, prefetched copy): the copy is seen at the original
+    whole_home: bool = False  # the overlay covers the home, not only the workflow's directory in it
+
+    @property
+    def at(self) -> Path:
+        """The directory the overlay covers."""
+        return self.home if self.whole_home else self.home / self.logical.relative_to(self.home).parts[0]
+
+    def to_logical(self, path: str) -> str:
+        """``path`` as the node sees it: a path in a root's copy of the workflow is the home's;
+        a prefetched copy is its original."""
+        if self.physical != self.logical and _within(path, self.physical):
+            return str(self.logical) + path[len(str(self.physical)) :]
+        for original, copy in self.copies:
+            if path == copy:
+                return original
+        below = self.at.relative_to(self.home)
+        for root in self.roots:
+            if _within(path, root / below):
+                return str(self.home) + path[len(str(root)) :]
+        return path
+
+    def to_physical(self, path: str) -> str:
+        """The inverse, for what the node hands on: the first root that has it, else the home."""
+        if _within(path, self.logical):
+            return str(self.physical) + path[len(str(self.logical)) :]
+        if _within(path, self.at):
+            rest = path[len(str(self.home)) :]
+            for root in self.roots:
+                if os.path.lexists(str(root) + rest):
+                    return str(root) + rest
+        return path
+
+    @contextlib.contextmanager
+    def mounted(self) -> Iterator[None]:
+        """The node's view, for the ``with`` block (:func:`enter` first). Raises ``OSError`` when it
+        cannot be made; nothing is left mounted then."""
+        at, below = self.at, self.at.relative_to(self.home)
+        at.mkdir(parents=True, exist_ok=True)  # the workflow's directory: the engine makes it too
+        scratch = self.scratch / str(os.getpid())
+        scratch.mkdir(parents=True, exist_ok=True)
+        lowers = [root / below for root in self.roots if (root / below).is_dir()] + [at]
+        source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
+        real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
+        mounted: list[str] = []
+        try:
+            # the overlay's scratch: a file system of this namespace's own, so that no layer holds another
+            _mount("tmpfs", str(scratch), "tmpfs", 0, "mode=700")
+            mounted.append(str(scratch))
+            upper, work = scratch / "u", scratch / "w"
+            (upper / self.logical.relative_to(at)).mkdir(parents=True)  # where the node's directory is bound
+            work.mkdir()
+            options = f"lowerdir={':'.join(_escaped(p) for p in lowers)},upperdir={_escaped(upper)},workdir={_escaped(work)}"
+            _mount("overlay", str(at), "overlay", 0, options)
+            mounted.append(str(at))
+            _mount(f"/proc/self/fd/{source}", str(self.logical), None, _MS_BIND)
+            for original, copy in self.copies:
+                with contextlib.suppress(OSError):  # an original gone: the node reads its copy's path
+                    _mount(copy, original, None, _MS_BIND)
+                    mounted.append(original)
+            yield
+        finally:
+            if str(at) in mounted:
+                self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}")
+            os.close(source)
+            os.close(real_at)
+            for target in reversed(mounted):
+                _umount(target)
+            with contextlib.suppress(OSError):
+                scratch.rmdir()
+
+
+    def _keep_writes_outside(self, upper: Path, real_at: str) -> None:
+        """What the node wrote in the view outside its own directory (``../shared.txt``) went to
+        the overlay's upper layer: put where it would be without Sea (a producer's directory on
+        its tier, else the home), before the layer goes. Deletions there are not repeated."""
+        own = self.logical.relative_to(self.at).parts
+        skeleton = {os.path.join(*own[:i]) for i in range(1, len(own) + 1)}
+        for dirpath, dirs, files in os.walk(upper):
+            rel_dir = os.path.relpath(dirpath, upper)
+            for name in list(dirs) + files:
+                rel = os.path.normpath(os.path.join(rel_dir, name))
+                if rel in skeleton:
+                    continue  # the way to the node's own directory (bound: nothing of it is here)
+                if name in dirs:
+                    dirs.remove(name)  # copied whole
+                src = os.path.join(dirpath, name)
+                st = os.lstat(src)
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                    continue  # a whiteout: the node removed something outside its directory
+                where = self.to_physical(str(self.at / rel))
+                dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                if stat.S_ISDIR(st.st_mode):
+                    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+                elif stat.S_ISLNK(st.st_mode):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(dst)
+                    os.symlink(os.readlink(src), dst)
+                else:
+                    shutil.copy2(src, dst)
+
+
+def _within(path: str, directory: Path) -> bool:
+    d = str(directory)
+    return path == d or path.startswith(d + "/")
+
