@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from .eviction import Evictor
 from .graph import WorkflowGraph
 from .pack import PackSource
 from .placement import Placer
+from .private import rmtree
 from .run_state import NodeState, Run, State
 from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, temporary_name, walk_files
 
@@ -334,7 +334,7 @@ class Flusher:
         if batch.abandoned and not batch.errors:  # given up, or the run ended before the copy was done: no checkpoint
             # even a copy cancelled before a file of it was written may have made its directory (a
             # first write that gave way to a needed copy): nothing of it stays
-            shutil.rmtree(node.home_copy, ignore_errors=True)
+            rmtree(node.home_copy)
             node.home_copy, node.checkpoint = None, False
             with run.lock:
                 run.checkpoints.abandoned(batch.key)
@@ -342,7 +342,7 @@ class Flusher:
                 run.report.checkpoint_files_dropped += len(batch.committed)  # written home, then removed
         elif batch.errors and node.home_copy is not None:
             # the directory goes home whole or not at all: drop the copy, the tier's is kept
-            shutil.rmtree(node.home_copy, ignore_errors=True)
+            rmtree(node.home_copy)
             batch.committed = []  # none of it reached its final path
         elif node.home_copy is not None:
             # at its path at once, while its consumers still read the tier's (a run killed now
@@ -411,11 +411,11 @@ def _swap_in(copy: Path, logical: Path) -> None:
     old = None
     if os.path.lexists(logical):
         old = logical.parent / temporary_name(logical.name, "old")
-        shutil.rmtree(old, ignore_errors=True)
+        rmtree(old)
         os.rename(logical, old)
     os.rename(copy, logical)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        rmtree(old)
 
 
 def _literal_prefix(rule: Rule) -> str:

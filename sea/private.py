@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -199,6 +200,10 @@ def _remove_at(dir_fd: int, name: str) -> None:
     if not stat.S_ISDIR(st.st_mode):
         _ignore_missing(os.unlink, name, dir_fd)
         return
+    if st.st_uid == os.geteuid() and st.st_mode & 0o700 != 0o700:
+        # a tree a node made read-only (a dataset's copy): its owner may empty it all the same;
+        # inside Sea's own directory, nobody else can have swapped it since the look
+        os.chmod(name, stat.S_IMODE(st.st_mode) | 0o700, dir_fd=dir_fd)
     try:
         fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -231,3 +236,21 @@ def _ignore_missing(op, name: str, dir_fd: int) -> None:
         op(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
+
+
+def rmtree(path: Path) -> None:
+    """``shutil.rmtree(path, ignore_errors=True)``, through the directories of it its owner made
+    read-only too (a dataset's copy a node made): the owner may remove what they made."""
+    def writable(function, failed, _exc):
+        unlisted = function in (os.open, os.scandir, os.listdir)  # a directory it could not read
+        target = failed if unlisted else os.path.dirname(failed)
+        try:
+            st = os.lstat(target)
+            if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or st.st_mode & 0o700 == 0o700:
+                return
+            os.chmod(target, stat.S_IMODE(st.st_mode) | 0o700)
+            rmtree(failed) if unlisted else function(failed)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=writable)

@@ -23,6 +23,7 @@ its directory is done with and the copy cannot start now: it would hold its tier
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import itertools
@@ -42,6 +43,7 @@ from pathlib import Path
 from .console import SeaError
 from .durable import BatchSync, fsync_dir
 from .pack import PackSource
+from .private import rmtree
 
 logger = logging.getLogger("sea")
 
@@ -82,21 +84,21 @@ def stage_copy(
         return _stage_pack(src, dst, interrupt, sync, guard)
     st = os.lstat(src)
     if stat.S_ISDIR(st.st_mode):
-        _make_dirs(dst, guard)
+        _make_dirs(dst, guard, like=src)
         shutil.copystat(src, dst)
         return None, 0, dst.lstat()
     tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
     if stat.S_ISLNK(st.st_mode):
-        _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp), guard)
+        _retry_in_new_dir(dst, lambda: os.symlink(os.readlink(src), tmp), guard, src)
         return tmp, 0, tmp.lstat()
     if not stat.S_ISREG(st.st_mode):  # a named pipe, a socket, a device: made as what it is, never opened
-        _retry_in_new_dir(dst, lambda: os.mknod(tmp, st.st_mode, st.st_rdev), guard)
+        _retry_in_new_dir(dst, lambda: os.mknod(tmp, st.st_mode, st.st_rdev), guard, src)
         os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
         return tmp, 0, tmp.lstat()
     mode = stat.S_IMODE(st.st_mode)
     fin = open_to_read(src)
     try:
-        fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), guard)
+        fout = _retry_in_new_dir(dst, lambda: os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), guard, src)
         try:
             try:
                 size = _copy_file(fin, fout, interrupt)
@@ -142,7 +144,20 @@ def _stage_pack(
 def open_to_read(path: Path) -> int:
     """A descriptor to read the regular file at ``path``: never one that blocks (a named pipe put there
     since it was looked at opens at once, and is refused), never through a link."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW)
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except PermissionError:
+        # a file its owner made unreadable to all (mode 0000): MultiProc leaves it where it was
+        # made; Sea, its owner, reads it once to copy it, its mode as it was
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            raise
+        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRUSR, follow_symlinks=True)
+        try:
+            fd = os.open(path, flags)
+        finally:
+            os.chmod(path, stat.S_IMODE(st.st_mode))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, f"{path} is not a regular file any more")
@@ -166,25 +181,36 @@ def _copy_xattrs(fin: int, fout: int) -> None:
                 raise
 
 
-def _retry_in_new_dir(dst: Path, make: Callable[[], object], guard: Callable[[], None] | None = None):
-    """``make()`` (which creates a file next to ``dst``), after making ``dst``'s directory if it is missing."""
+def _retry_in_new_dir(dst: Path, make: Callable[[], object], guard: Callable[[], None] | None = None, src: Path | None = None):
+    """``make()`` (which creates a file next to ``dst``), after making ``dst``'s directory if it is
+    missing (as ``src``'s directories are, see :func:`_make_dirs`)."""
     try:
         return make()
     except FileNotFoundError:
-        _make_dirs(dst.parent, guard)
+        _make_dirs(dst.parent, guard, like=src.parent if src is not None else None)
         return make()
 
 
-def _make_dirs(path: Path, guard: Callable[[], None] | None) -> None:
-    """``mkdir -p path``, calling ``guard`` first if anything is missing."""
+def _make_dirs(path: Path, guard: Callable[[], None] | None, like: Path | None = None) -> None:
+    """``mkdir -p path``, calling ``guard`` first if anything is missing. A directory made in place
+    of one of ``like``'s (the same name, as far up as names match) is never open to more than that
+    one is: a directory a node made for itself only (``mkdtemp``) stays its owner's."""
     missing = []
     while not path.is_dir():
-        missing.append(path)
+        missing.append((path, like))
+        like = like.parent if like is not None and like.name == path.name else None
         path = path.parent
     if missing and guard is not None:
         guard()
-    for directory in reversed(missing):
-        directory.mkdir(exist_ok=True)
+    for directory, source in reversed(missing):
+        mode = 0o777
+        if source is not None and source.name == directory.name:
+            with contextlib.suppress(OSError):
+                mode = (stat.S_IMODE(os.lstat(source).st_mode) & 0o777) | 0o700  # its owner writes it now
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            pass
 
 
 def _copy_file(fin: int, fout: int, interrupt: Callable[[], bool] | None) -> int:
@@ -344,7 +370,7 @@ def sweep_temporaries(root: Path) -> int:
             dirs.remove(name)
             path = os.path.join(dirpath, name)
             if _owned(path, uid):
-                shutil.rmtree(path, ignore_errors=True)
+                rmtree(path)
                 removed += 1
         for name in files:
             path = os.path.join(dirpath, name)

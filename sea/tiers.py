@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import socket
 import stat
 import threading
@@ -25,7 +24,7 @@ import psutil
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .durable import device
 from .memory import MemoryBudget, is_ram_backed
-from .private import KEPT_FILE, OWNER_FILE, PrivateDir
+from .private import KEPT_FILE, OWNER_FILE, PrivateDir, rmtree
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -208,7 +207,7 @@ class StorageHierarchy:
             if tier.private.contains(path):
                 tier.private.remove(path)
                 return
-        shutil.rmtree(path, ignore_errors=True)
+        rmtree(path)
 
     # -------------------------------------------------------------- accounting
     def choose(self, estimate: int, exclude: set[str] = frozenset()) -> Tier:
@@ -325,7 +324,7 @@ def remove_dead_private_dirs(root: Path) -> tuple[list[Path], list[Path]]:
         if os.path.lexists(candidate / KEPT_FILE):
             kept.append(candidate)
             continue
-        shutil.rmtree(candidate, ignore_errors=True)
+        rmtree(candidate)
         removed.append(candidate)
     return removed, kept
 
