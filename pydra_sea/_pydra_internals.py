@@ -493,6 +493,7 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
 
     job = cp.loads(job_pkl)
     job.checksum  # noqa: B018 - Pydra hashes file sets by their contents: the same in the view
+    real = lambda path: Path(view.to_physical(str(path)))  # noqa: E731
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(view.mounted())
@@ -511,15 +512,26 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
         # directory cannot be removed, so it is emptied here and the job told it may reuse it
         _empty(Path(view.physical))
         job._can_resume = True
-        result = job.run(rerun=rerun)
+        # the result names the real paths as it is saved: Pydra's loop reads it (Job.done) as
+        # soon as it is there, before this process has returned
+        import pydra.engine.job as job_module
 
-    def real(path: Path) -> Path:
-        return Path(view.to_physical(str(path)))
+        save = job_module.save
 
-    _rewrite_result(Path(view.physical) / "_result.pklz", real, move_cache_dir=True)
-    if result is not None:
-        _move_outputs(result, real)
-        result.cache_dir = real(Path(result.cache_dir))
+        def saved_real(*args, **kwargs):
+            result = kwargs.get("result")
+            if result is not None:
+                _move_outputs(result, real)
+                result.cache_dir = real(Path(result.cache_dir))
+            if args and Path(args[0]) == view.logical:  # the same directory, named so that a home moved away meanwhile is not made again
+                args = (Path(view.physical), *args[1:])
+            return save(*args, **kwargs)
+
+        job_module.save = saved_real
+        try:
+            result = job.run(rerun=rerun)
+        finally:
+            job_module.save = save
     return result
 
 

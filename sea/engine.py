@@ -706,10 +706,12 @@ class SeaEngine:
             tiers = self.hierarchy.fast_tiers
             if not self.config.logical_paths or self.report.paths_recorded or node is None or node.placement is None or not tiers:
                 return None
+            if self.machine is not None:  # one machine of a Dask run: its worker processes are threaded
+                return None
             p = node.placement
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
-            return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home)
+            return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity)
 
     def view_refused(self, reason: str) -> None:
         """A worker process could not show a node its view (:func:`sea.view.enter`): nodes run at

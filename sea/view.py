@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import logging
 import os
 import shutil
 import stat
@@ -88,6 +90,8 @@ def _enter() -> str:
         # mounts made later outside still appear here; ours never leave this process's namespace
         _mount(None, "/", None, _MS_REC | _MS_SLAVE)
     except OSError as e:
+        if e.errno == errno.EINVAL and uid != 0:
+            return "the worker processes have threads (mp_context spawn or forkserver, with a library that starts threads on import): a user namespace needs a process of one thread; use mp_context: fork"
         return f"private mount namespaces are not allowed here ({e.strerror or e})"
     return ""
 
@@ -109,6 +113,7 @@ class View:
     scratch: Path  # a directory of the run's own on a tier: each process mounts its overlay's scratch there
     copies: tuple[tuple[str, str], ...] = ()  # (original, prefetched copy): the copy is seen at the original
     whole_home: bool = False  # the overlay covers the home, not only the workflow's directory in it
+    home_identity: tuple[int, int] | None = None  # the home's (st_dev, st_ino) as the run started: a home moved away is never viewed
 
     @property
     def at(self) -> Path:
@@ -145,7 +150,11 @@ class View:
         """The node's view, for the ``with`` block (:func:`enter` first). Raises ``OSError`` when it
         cannot be made; nothing is left mounted then."""
         at, below = self.at, self.at.relative_to(self.home)
-        at.mkdir(parents=True, exist_ok=True)  # the workflow's directory: the engine makes it too
+        st = os.stat(self.home)
+        if self.home_identity is not None and (st.st_dev, st.st_ino) != self.home_identity:
+            raise FileNotFoundError(errno.ENOENT, "the home is not the directory the run started in", str(self.home))
+        if at != self.home:
+            at.mkdir(exist_ok=True)  # the workflow's directory (the engine makes it too); never a home moved away
         scratch = self.scratch / str(os.getpid())
         scratch.mkdir(parents=True, exist_ok=True)
         lowers = [root / below for root in self.roots if (root / below).is_dir()] + [at]
@@ -169,8 +178,11 @@ class View:
                     mounted.append(original)
             yield
         finally:
-            if str(at) in mounted:
-                self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}")
+            try:
+                if str(at) in mounted:
+                    self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}")
+            except OSError as e:  # never left mounted for the next node of this process
+                logging.getLogger("sea").warning("[Sea] %s: what it wrote outside its directory could not all be kept (%s)", self.logical, e)
             os.close(source)
             os.close(real_at)
             for target in reversed(mounted):
@@ -201,13 +213,23 @@ class View:
                 dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 if stat.S_ISDIR(st.st_mode):
-                    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+                    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_whiteouts)
                 elif stat.S_ISLNK(st.st_mode):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(dst)
                     os.symlink(os.readlink(src), dst)
                 else:
                     shutil.copy2(src, dst)
+
+
+def _whiteouts(directory: str, names: list[str]) -> set[str]:
+    """What an overlay's upper layer marks as removed (a character device 0/0): not copied."""
+    marked = set()
+    for name in names:
+        st = os.lstat(os.path.join(directory, name))
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            marked.add(name)
+    return marked
 
 
 def _within(path: str, directory: Path) -> bool:
