@@ -28,6 +28,7 @@ from benchmarks.run import REPO_ROOT, describe_machine
 
 SIZES = {"smoke": (20, 60), "part": (200, 1000, 2000), "full": (200, 500, 1000, 2000, 5000, 20000)}
 PLUGINS = ("MultiProc", "SeaMultiProc", "SeaDask", "cf", "sea")  # Nipype's three (SeaDask: its client side), then Pydra's two workers
+TIER_PATHS = ("SeaMultiProc-tierpaths", "sea-tierpaths")  # on request: nodes at their tier paths (logical_paths: false), the cost of sea.view
 TIER = "/dev/shm"
 
 
@@ -73,9 +74,11 @@ def pydra_fan(n: int):
 
 def one_run(plugin: str, n: int, root: Path) -> dict:
     """In the worker process: build, run, time."""
+    plugin, tier_paths = plugin.removesuffix("-tierpaths"), plugin.endswith("-tierpaths")
+    sea = {"tiers": [{"path": TIER}], "progress": "off", **({"logical_paths": False} if tier_paths else {})}
     if plugin in ("MultiProc", "SeaMultiProc", "SeaDask"):
         wf = nipype_fan(n, root / "work")
-        runner, waits = _timed_nipype_plugin(plugin)
+        runner, waits = _timed_nipype_plugin(plugin, sea)
         start = time.perf_counter()
         graph = wf.run(plugin=runner)
         seconds = time.perf_counter() - start
@@ -83,7 +86,7 @@ def one_run(plugin: str, n: int, root: Path) -> dict:
         return {"seconds": seconds, "nodes": graph.number_of_nodes(), "loop": loop, "waited": waited}
     from pydra.engine.submitter import Submitter
 
-    options = {"sea": {"tiers": [{"path": TIER}], "progress": "off"}} if plugin == "sea" else {}
+    options = {"sea": sea} if plugin == "sea" else {}
     start = time.perf_counter()
     with Submitter(worker=plugin, cache_root=root / "cache", n_procs=2, **options) as submitter:
         result = submitter(pydra_fan(n))
@@ -116,7 +119,7 @@ def _fake_cluster_plugin():
     return runner, lambda: (runner.loop_seconds, runner.waited_seconds)
 
 
-def _timed_nipype_plugin(plugin: str):
+def _timed_nipype_plugin(plugin: str, sea: dict):
     """The plugin, and a function giving (seconds in its scheduling loop, of which waiting for
     workers) after the run: the rest is the plugin's own work in this process. SeaMultiProc
     measures its loop itself; MultiProc's loop is ``DistributedPluginBase.run``, whose waits are
@@ -126,7 +129,7 @@ def _timed_nipype_plugin(plugin: str):
     if plugin == "SeaMultiProc":
         from nipype_sea import SeaMultiProcPlugin
 
-        runner = SeaMultiProcPlugin(plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": TIER}], "progress": "off"}})
+        runner = SeaMultiProcPlugin(plugin_args={"n_procs": 2, "sea": sea})
         return runner, lambda: (runner.loop_seconds, runner.waited_seconds)
     from nipype.pipeline.plugins import base
     from nipype.pipeline.plugins.multiproc import MultiProcPlugin
@@ -179,7 +182,7 @@ def run_all(sizes: tuple[int, ...], plugins: list[str], cap: float) -> list[dict
 def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
     sizes = sorted({r["n"] for r in records})
     by = {(r["plugin"], r["n"]): r for r in records}
-    plugins = [p for p in PLUGINS if any(r["plugin"] == p for r in records)]
+    plugins = [p for p in PLUGINS + TIER_PATHS if any(r["plugin"] == p for r in records)]
     lines = [
         f"# Scheduler scaling, {size}: a fan-out/fan-in of N trivial nodes, n_procs 2, Sea's tier {TIER}",
         "",
@@ -221,21 +224,22 @@ def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: N = 20, 60; part: 200 to 2,000; full: 200, 500, 1,000, 2,000, 5,000, 20,000")
-    parser.add_argument("--plugins", default=",".join(PLUGINS), help="comma-separated, of " + ", ".join(PLUGINS))
+    parser.add_argument("--plugins", default=",".join(PLUGINS), help="comma-separated, of " + ", ".join(PLUGINS + TIER_PATHS))
     parser.add_argument("--cap", type=float, default=600.0, help="seconds after which a plugin is not run at larger N")
     parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results"), help="directory for scaling-<size>.md and .json")
     args = parser.parse_args(argv)
     plugins = [p for p in args.plugins.split(",") if p]
-    unknown = [p for p in plugins if p not in PLUGINS]
+    unknown = [p for p in plugins if p not in PLUGINS + TIER_PATHS]
     if unknown:
-        parser.error(f"unknown plugin(s) {', '.join(unknown)}; choose among {', '.join(PLUGINS)}")
+        parser.error(f"unknown plugin(s) {', '.join(unknown)}; choose among {', '.join(PLUGINS + TIER_PATHS)}")
     machine = describe_machine()
     records = run_all(SIZES[args.size], plugins, args.cap)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"scaling-{args.size}.json").write_text(json.dumps({"machine": asdict(machine), "records": records}, indent=1) + "\n")
-    (out / f"scaling-{args.size}.md").write_text(render_markdown(args.size, records, machine, args.cap))
-    print(f"results: {out / f'scaling-{args.size}.md'}")
+    name = f"scaling-{args.size}" + ("-tierpaths" if any(p in TIER_PATHS for p in plugins) else "")
+    (out / f"{name}.json").write_text(json.dumps({"machine": asdict(machine), "records": records}, indent=1) + "\n")
+    (out / f"{name}.md").write_text(render_markdown(args.size, records, machine, args.cap))
+    print(f"results: {out / f'{name}.md'}")
     return 0
 
 
