@@ -526,8 +526,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         """Where the job of ``checksum`` Sea placed keeps its result, on a tier, if Pydra may read
         it there (not on its way home: see :func:`~pydra_sea._pydra_internals.look_in_home`)."""
         engine = self.engine
-        if engine is None or checksum in self._persisted or checksum not in engine.graph:
-            return None
+        if engine is None or checksum in self._persisted or checksum not in engine.graph or not engine.holds(checksum):
+            return None  # not finished as far as Sea knows: Pydra learns of it when Sea's worker returns
         return engine.physical_dir(checksum)
 
     def _placed_here(self, job) -> bool:
