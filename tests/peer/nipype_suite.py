@@ -39,8 +39,6 @@ KEPT = {"checkpoints": "all"}
 INTERMEDIATES = "reads an intermediate node's directory after the run: Sea evicts it (checkpoints: all keeps it)"
 BY_DESIGN: dict[str, tuple[str, dict]] = {
     "test_workflows::test_outputs_removal_wf": (INTERMEDIATES, KEPT),
-    "test_linear::test_run_in_series": (INTERMEDIATES, KEPT),
-    "test_multiproc::test_run_multiproc": (INTERMEDIATES, KEPT),
     "test_utils::test_provenance": (INTERMEDIATES + "; write_workflow_prov reads every node's result", KEPT),
     "test_nodes::test_node_hash": ("a plugin of its own then finds an intermediate node's directory cached: Sea evicted it", KEPT),
 }
