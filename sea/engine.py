@@ -84,8 +84,9 @@ JOURNAL = Path(".sea") / "journal.jsonl"  # what Sea did with each node, for a r
 
 
 def check_sea_files(home: Path) -> None:
-    """Sea's own place in the home (``.sea/``: its journal, history, lock) is a directory, and its
-    journal a file: else one line saying what is in the way (before anything is written there)."""
+    """Sea's own place in the home (``.sea/``: its journal, history, lock) is a directory of this
+    user's, and its journal a file: else one line saying what is in the way (before anything is
+    written there)."""
     for path, kind in ((home / ".sea", "a directory"), (home / JOURNAL, "a file")):
         is_kind = path.is_dir() if kind == "a directory" else path.is_file()
         if os.path.lexists(path) and (os.path.islink(path) or not is_kind):
@@ -93,6 +94,12 @@ def check_sea_files(home: Path) -> None:
                 f"{path} is not {kind}: Sea keeps its journal, history and lock in {home / '.sea'}; "
                 "move what is there away (or give the workflow another base_dir)"
             )
+    owner = os.lstat(home / ".sea").st_uid if (home / ".sea").is_dir() else os.geteuid()
+    if owner != os.geteuid():  # in a base_dir others can write, someone else may have made it first
+        raise SeaError(
+            f"{home / '.sea'} belongs to another user (uid {owner}): Sea would trust a journal and records they can change; "
+            "remove it if it is not yours to keep (or give the workflow another base_dir)"
+        )
 
 
 class SeaEngine:

@@ -805,3 +805,19 @@ def test_a_node_that_removes_its_producers_file_runs_as_under_multiproc_and_leav
     assert sorted(p.name for p in (disk_dir / "work" / "wf").glob("beside-*.txt")) == ["beside-0.txt", "beside-1.txt", "beside-2.txt"]
     assert "could not all be kept" not in done.stderr
     assert str(disk_dir) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_sea_directory_another_user_made_in_the_home_is_refused_in_one_line(disk_dir, shm_dir, other_user):
+    """In a base_dir others may write (1777), another user makes ``.sea/`` (with a record of their
+    own) before the victim's first run: Sea refused nothing and trusted it (the attack on the view
+    read a planted file). Now it says whose it is, in one line, before any node runs."""
+    from sea import SeaEngine
+
+    home = disk_dir / "shared"
+    home.mkdir(mode=0o1777)
+    os.chmod(home, 0o1777)
+    (home / ".sea").mkdir()
+    os.chown(home / ".sea", *other_user)
+    with pytest.raises(SeaError, match=rf"belongs to another user \(uid {other_user[0]}\)"):
+        SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    assert sea_private_dirs(shm_dir) == []
