@@ -94,10 +94,14 @@ class Flusher:
         return str(path.relative_to(self.run.home)) if path.is_relative_to(self.run.home) else str(path)
 
     def _mode(self, relpath: str, default: Mode) -> Mode:
+        return self._ruled(relpath) or default
+
+    def _ruled(self, relpath: str) -> Mode | None:
+        """The mode the first rule matching ``relpath`` gives it; ``None`` where no rule matches."""
         for rule in self.run.config.rules:
             if rule.matches(relpath):
                 return rule.mode
-        return default
+        return None
 
     # ---------------------------------------------------------------- copies home
     def schedule(self, node: NodeState) -> None:
@@ -116,16 +120,20 @@ class Flusher:
             self.submit(node, FlushBatch(key, files, self.sink_committed))
         if p.tier.is_home:
             return
-        default = Mode.COPY if node.checkpoint else Mode.REMOVE
-        files, all_files = [], 0
         copy_dir = p.logical.parent / temporary_name(p.logical.name, "dir")
-        for src, rel in self.node_files(node):
-            all_files += 1
-            mode = self._mode(f"{key}/{rel}", default)
-            node.keep |= mode is Mode.KEEP
-            if mode.flushes:
-                files.append((src, copy_dir / rel))
+        ruled = [(src, rel, self._ruled(f"{key}/{rel}")) for src, rel in self.node_files(node)]
+        node.keep |= any(mode is Mode.KEEP for _, _, mode in ruled)
         priority = self._priority(node)
+        if priority == CHECKPOINT and any(mode is not None and mode.flushes for _, _, mode in ruled):
+            # a file a rule sends home is the user's to read there: never in a pack, never given
+            # up; auto's own choice of the directory gives way to it (a rerun recomputes the node)
+            priority = KEPT
+            if node.checkpoint:
+                node.checkpoint = False
+                self.run.checkpoints.abandoned(key)
+        default = Mode.COPY if node.checkpoint else Mode.REMOVE
+        files = [(src, copy_dir / rel) for src, rel, mode in ruled if (mode or default).flushes]
+        all_files = len(ruled)
         if files and priority == CHECKPOINT and len(files) == all_files:  # auto's own choice, whole: one file
             members = [(src, str(dst.relative_to(copy_dir))) for src, dst in files]
             batch = FlushBatch(key, [(PackSource(members, self.run.made_under()), self.run.pack_path(key))], self.pack_committed)
