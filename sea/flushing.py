@@ -358,7 +358,7 @@ class Flusher:
             p = node.placement
             if p.logical.is_symlink():
                 p.logical.unlink()  # the link Sea made
-            _swap_in(node.home_copy, p.logical)
+            swap_in(node.home_copy, p.logical)
             node.home_copy = None
             if node.home_copy_complete:
                 self.evictor.record_checkpoint(node)
@@ -413,7 +413,7 @@ class Flusher:
                 self.submit(node, self._dir_batch(node.spec.key, files))
 
 
-def _swap_in(copy: Path, logical: Path) -> None:
+def swap_in(copy: Path, logical: Path) -> None:
     """Put a node directory's complete copy at its path in the home, in place of the directory an
     earlier run left there (which the engine would have emptied to run the node again there)."""
     old = None

@@ -5,7 +5,10 @@ the run with :class:`~sea.SeaFlushError` and keeps the tier's copy, marked as ke
 :meth:`sea.private.PrivateDir.mark_kept`) so that no later run removes it. Once the cause is fixed,
 ``sea recover DIR`` copies what is there to where it belongs, with the stager's own atomic copy
 (a temporary name, ``fsync``, a rename: a partial file never appears at a final path), and removes
-the directory once everything is home. Files a ``keep`` rule left stay where they are.
+the directory once everything is home. A node's directory is copied whole beside its path and put
+in place by one rename, as a run does (:func:`sea.flushing.swap_in`): one recovered half (the home
+filled up again, the command was killed) never looks like a node the engine may take as done.
+Files a ``keep`` rule left stay where they are.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ import json
 import os
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import SeaConfigError
-from .private import KEPT_FILE, OWNER_FILE
-from .stager import atomic_copy, walk_files
+from .flushing import swap_in
+from .private import KEPT_FILE, OWNER_FILE, rmtree
+from .stager import TMP_MARK, atomic_copy, walk_files
 
 
 @dataclass
@@ -64,10 +69,20 @@ def recover(directory: Path) -> Recovered:
     for copy in record.get("copies", []):
         source, target = directory / copy["from"], Path(copy["to"])
         _unlink_links_into(target, directory)  # a node's path in the home linked to its kept copy: it becomes the copy
-        for src in _entries(source):
-            dst = target / src.relative_to(source) if src != source else target
-            done.bytes += atomic_copy(src, dst)
-            done.files += 1
+        whole = target != Path("/") and source.is_dir() and not source.is_symlink()  # a node's directory, not a sink's staging
+        into = Path(tempfile.mkdtemp(prefix=f"{TMP_MARK}recover-", dir=_made(target.parent))) if whole else target
+        try:
+            for src in _entries(source):
+                dst = into / src.relative_to(source) if src != source else into
+                done.bytes += atomic_copy(src, dst)
+                done.files += 1
+            if whole:
+                into.chmod(stat.S_IMODE(os.lstat(source).st_mode))
+                swap_in(into, target)
+        except BaseException:
+            if whole:
+                rmtree(into)
+            raise
         done.destinations.add(str(target))
     # all home: what is left served only those copies (the nodes' own files), but what a rule keeps
     rule = [directory / r for r in record.get("rule", [])]
@@ -95,6 +110,11 @@ def _unlink_links_into(target: Path, directory: Path) -> None:
         if path.is_symlink() and Path(os.path.realpath(path)).is_relative_to(inside):
             path.unlink()
             return
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def _entries(root: Path):

@@ -313,6 +313,36 @@ def test_recover_makes_a_node_path_linked_to_its_kept_copy_a_real_directory(disk
     assert (logical / "mapflow" / "_mapnode0" / "out.nii").read_bytes() == b"image" and (logical / "result_mapnode.pklz").read_bytes() == b"result"
 
 
+def test_a_recovery_that_fails_half_way_leaves_no_half_node_directory(disk_dir, shm_dir, tmpfs_factory):
+    """``sea recover`` into a home that fills up again after the first file: the node's path in the
+    home stays absent (a half directory with the node's result file in it is a node the engine takes
+    as done), nothing of the attempt is left beside it, the kept copy stays; the next recovery,
+    with room, puts the whole directory in place."""
+    import json
+
+    from sea import SeaError
+    from sea.private import KEPT_FILE, OWNER_FILE
+    from sea.recover import recover
+
+    home = tmpfs_factory("1M") / "work"
+    kept = shm_dir / "sea-kept4567"
+    node = kept / "wf" / "node"
+    node.mkdir(parents=True)
+    (node / "result_node.pklz").write_bytes(b"result")
+    (node / "zz-image.nii").write_bytes(b"i" * 2**21)  # 2 MiB: no room for it
+    kept.chmod(0o700)
+    (kept / OWNER_FILE).write_text(f"1 host {home}")
+    (kept / KEPT_FILE).write_text(json.dumps({"copies": [{"from": "wf/node", "to": str(home / "wf" / "node")}], "rule": []}))
+    with pytest.raises((OSError, SeaError)):
+        recover(kept)
+    assert not os.path.lexists(home / "wf" / "node"), "half the node's directory is at its path"
+    assert os.listdir(home / "wf") == [], "the attempt left files in the home"
+    assert (node / "zz-image.nii").stat().st_size == 2**21, "the kept copy was touched"
+    (node / "zz-image.nii").write_bytes(b"i" * 2**19)  # the user made room (here: a smaller file)
+    assert recover(kept).removed
+    assert sorted(os.listdir(home / "wf" / "node")) == ["result_node.pklz", "zz-image.nii"]
+
+
 def test_files_a_node_leaves_a_process_to_write_after_it_returned_are_reported(disk_dir, shm_dir):
     """A node starts a detached process that writes in its directory after the node returned: Sea
     evicts the directory with it (MultiProc keeps it), and says so in the log and the report."""
