@@ -843,6 +843,8 @@ class SeaEngine:
             self.log.warning("[Sea] interrupted: %d files committed home before stopping; nodes that were running will run again", report.files_flushed)
         with self._lock:
             self.evictor.evict_all()
+            if moved is None and self.machine is None:  # (on a Dask worker, another node of the run may still write there)
+                self.flusher.strays_home()
             nodes = run.nodes.values()
             # a sink's outputs wait in its staging area (which mirrors absolute paths); any other node's, in its directory
             failed = [n.placement for n in nodes if n.flush_failed and n.placement and not n.placement.tier.is_home]

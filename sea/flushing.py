@@ -27,10 +27,12 @@ from .config import Checkpoints, Mode, Rule, SeaConfigError
 from .eviction import Evictor
 from .graph import WorkflowGraph
 from .pack import PackSource
-from .placement import Placer
+from .placement import STAGING_DIR, Placer
+from .prefetch import PREFETCH_DIR
 from .private import rmtree
 from .run_state import NodeState, Run, State
-from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, temporary_name, walk_files
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, temporary_name, walk_files
+from .view import VIEWS_DIR
 
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
 _PROBE_NAMES = ("_report/report.rst", "result_node.pklz", "_inputs.pklz", "_node.pklz", "_0x0.json", "command.txt", "_result.pklz", "_job.pklz")
@@ -372,6 +374,34 @@ class Flusher:
         run.wake()
 
     # ---------------------------------------------------------------- the run's end
+    def strays_home(self) -> None:
+        """Files nodes wrote beside their own directories on a tier (``../shared.txt``), as nodes
+        running at their tier paths do (no view: :mod:`sea.view`): under the engine's own plugin
+        they are in the home, at the same place relative to it. Put there at the run's end (each
+        by the stager's atomic copy), and said; one that cannot be is named, and goes with the tier.
+        Run once every node directory was evicted: what is left outside them is what they wrote."""
+        run = self.run
+        ours = {p for n in run.nodes.values() if n.placement is not None for p in (n.placement.physical, n.placement.staging_root) if p is not None}
+        for tier in run.hierarchy.fast_tiers:
+            if tier.private is None or tier.private.closed:
+                continue
+            for rel in tier.private.files():
+                src = tier.workdir / rel
+                if rel.split("/", 1)[0] in (VIEWS_DIR, STAGING_DIR, PREFETCH_DIR) or any(d in ours for d in src.parents):
+                    continue
+                try:
+                    atomic_copy(src, run.home / rel)
+                except OSError as error:
+                    run.log.warning("[Sea] %s, written beside its node's directory, could not be put in the home (%s): it goes with the tier", rel, error.strerror or error)
+                    continue
+                run.hierarchy.remove(src)
+                run.report.strays_home.append(rel)
+        if run.report.strays_home:
+            run.log.warning(
+                "[Sea] %d file(s) nodes wrote beside their directories on a tier were put at their paths in the home, first %s",
+                len(run.report.strays_home), run.report.strays_home[0],
+            )  # fmt: skip
+
     def forget_failed(self) -> None:
         """The home was moved away under copies going into it: they failed because of the move (their
         destination vanished), so their nodes are dropped as running ones are, and run again once the

@@ -679,6 +679,55 @@ def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(
     assert sea_private_dirs(shm_dir) == []
 
 
+def test_files_written_beside_a_node_at_its_tier_path_reach_the_home(disk_dir, shm_dir):
+    """Where nodes run at their tier paths (namespaces refused, as in many containers; here
+    ``logical_paths: false``), a node writing ``../shared.txt`` writes it beside its directory on
+    the tier, and it went with the tier. Under MultiProc and ``cf`` it is in the home: under Sea too,
+    at the run's end, said in the report; the node reading it in the run reads it as before."""
+    done = run_script(f"""
+        from pathlib import Path
+        from pydra.compose import python, workflow
+        from pydra.engine.submitter import Submitter
+        from test_never_worse import _run_modes_workflow
+        from nipype_workflows import run
+
+        @python.define
+        def Beside(x):
+            with open("../shared.txt", "w") as f:
+                f.write("for the next node")
+            return x
+
+        @python.define
+        def Then(x):
+            return x + 1
+
+        @workflow.define
+        def Both(x):
+            return workflow.add(Then(x=workflow.add(Beside(x=x)).out)).out
+
+        sea = {{"tiers": [{{"path": {str(shm_dir)!r}}}], "logical_paths": False}}
+        for worker, args in (("cf", {{}}), ("sea", {{"sea": sea}})):
+            with Submitter(worker=worker, cache_root={str(disk_dir)!r} + "/" + worker, **args) as sub:
+                assert sub(Both(x=1)).outputs.out == 2
+        from nipype import Function, Node, Workflow
+        from test_never_worse import _leaves_private_files, _reads_shared
+        for plugin, args in (("MultiProc", {{}}), ("SeaMultiProc", {{"sea": sea}})):
+            wf = Workflow(name="beside", base_dir={str(disk_dir)!r} + "/" + plugin)
+            first = Node(Function(output_names=["out"], function=_leaves_private_files), name="first")
+            second = Node(Function(input_names=["path"], output_names=["out"], function=_reads_shared), name="second")
+            wf.connect(first, "out", second, "path")
+            res = wf.run(plugin=plugin, plugin_args={{"n_procs": 2, **args}})
+            assert [n.result.outputs.out for n in res.nodes() if n.name == "second"] == ["for the next node"]
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for mine, theirs in (("sea", "cf"), ("SeaMultiProc/beside", "MultiProc/beside")):
+        assert (disk_dir / mine / "shared.txt").read_text() == (disk_dir / theirs / "shared.txt").read_text() == "for the next node"
+    for home, stray in (("sea", "shared.txt"), ("SeaMultiProc", "beside/shared.txt")):
+        report = RunReport.from_json(disk_dir / home / "sea-report.json")
+        assert report.strays_home == [stray] and "beside node directories" in report.to_text(), report.to_text()
+    assert sea_private_dirs(shm_dir) == []
+
+
 def test_a_job_whose_checksum_another_node_has_does_not_hang(tmp_path, shm_dir):
     """Two nodes of a Pydra workflow make jobs with the same checksums (the same task, the same
     inputs): Pydra submits one and waits for the other's result in its cache. Under ``sea`` the
