@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from sea import NodeSpec
+from sea import NodeSpec, SeaConfigError
 
 from . import _nipype_internals as nx_
 
@@ -14,7 +14,13 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
     """One spec per execution node directory; keys are node directories relative to ``home``."""
 
     def key(directory: Path) -> str:
-        return str(Path(directory).relative_to(home))
+        try:
+            return str(Path(directory).relative_to(home))
+        except ValueError:  # Nipype resolves links: base_dir/wf linked to a directory elsewhere
+            raise SeaConfigError(
+                f"the node directory {directory} is outside base_dir {home} (a link in base_dir leads elsewhere?): Sea "
+                "keeps the node directories under base_dir, where its records are; set base_dir to where the link leads"
+            ) from None
 
     specs: dict[str, NodeSpec] = {}
     for node in graph.nodes():

@@ -623,8 +623,8 @@ class SeaEngine:
                 self.report.bytes_written_home += size
             fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self.run.fingerprint(path)) is not None}
             self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
-            self.flusher.schedule(node)
             gives = list(gives)
+            self.flusher.schedule(node, gives)
             node.needs = tuple(sorted({o for o in map(self.run.owner_of, gives) if o is not None and o != key}))  # a pack of it needs them too
             self.evictor.hand_on(key, gives)
             self.evictor.release_producers(key)
@@ -715,10 +715,28 @@ class SeaEngine:
                 return None
             if self.machine is not None:  # one machine of a Dask run: its worker processes are threaded
                 return None
+            unmapped = self._unmapped_group()
+            if unmapped:
+                self.view_refused(unmapped)
+                return None
             p = node.placement
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
             return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity)
+
+    def _unmapped_group(self) -> str:
+        """Why a view would fail nodes, if it would: a user without privileges sees it through a user
+        namespace that maps their own group only (:func:`sea.view.enter`), and a work directory of
+        another of their groups (a lab's setgid directory) holds files the view cannot change
+        (``EOVERFLOW`` when a node appends to a file beside its directory)."""
+        try:
+            group = os.stat(self.home).st_gid
+        except OSError:
+            return ""
+        if os.geteuid() == 0 or group == os.getegid():
+            return ""
+        return (f"the work directory {self.home} belongs to group {group}, not to your own group {os.getegid()}, and a "
+                "private mount namespace of a user without privileges maps only their own group")
 
     def view_refused(self, reason: str) -> None:
         """A worker process could not show a node its view (:func:`sea.view.enter`): nodes run at

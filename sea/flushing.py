@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from .config import Checkpoints, Mode, Rule, SeaConfigError
@@ -106,8 +107,8 @@ class Flusher:
         return None
 
     # ---------------------------------------------------------------- copies home
-    def schedule(self, node: NodeState) -> None:
-        """The node finished: submit what of it goes home."""
+    def schedule(self, node: NodeState, gives: Iterable[str] = ()) -> None:
+        """The node finished: submit what of it goes home. ``gives``: the paths its outputs name."""
         run, p, key = self.run, node.placement, node.spec.key
         if node.spec.sink_destination is not None and p.staging_root is None:
             run.journal.write("committed", key, files=[])  # a sink that ran at home wrote its outputs itself
@@ -126,6 +127,11 @@ class Flusher:
         ruled = [(src, rel, self._ruled(f"{key}/{rel}")) for src, rel in self.node_files(node)]
         node.keep |= any(mode is Mode.KEEP for _, _, mode in ruled)
         priority = self._priority(node)
+        if node.checkpoint and not node.spec.persist_dir and self._drops_an_output(p, ruled, gives):
+            # its directory at home would name a file that is not there: the engine's cache check
+            # would take the node as done, and its consumers fail on every rerun
+            node.checkpoint = False
+            self.run.checkpoints.abandoned(key)
         if priority == CHECKPOINT and any(mode is not None and mode.flushes for _, _, mode in ruled):
             # a file a rule sends home is the user's to read there: never in a pack, never given
             # up; auto's own choice of the directory gives way to it (a rerun recomputes the node)
@@ -151,6 +157,15 @@ class Flusher:
             if priority == CHECKPOINT:
                 self._optional[key] = batch
             self.submit(node, batch, priority)
+
+    @staticmethod
+    def _drops_an_output(p, ruled, gives: Iterable[str]) -> bool:
+        """A rule removes or keeps on the tier a file of the node's directory its outputs name."""
+        given = {str(path) for path in gives}
+        return any(
+            mode is not None and not mode.flushes and (str(p.physical / rel) in given or str(p.logical / rel) in given)
+            for _, rel, mode in ruled
+        )
 
     def bring_home(self, node: NodeState) -> None:
         """``node``'s directory comes home whole, as under the engine's own plugin: a consumer of it
@@ -423,6 +438,9 @@ class Flusher:
         for node in self.run.nodes.values():
             node.consumers_left.clear()  # nothing runs any more
             node.open_ended = False
+            if node.unpacked and node.state is State.RUNNING:  # a checkpoint half unpacked: the pack stays
+                self.placer.drop(node)
+                continue
             if interrupted and node.state is State.RUNNING and node.placement is not None and not node.part_of:
                 for part in self.run.separate_parts(node):
                     self.placer.drop(part)

@@ -176,12 +176,15 @@ class Placer:
         run.hierarchy.remove(physical)
         physical.mkdir(parents=True)
         node.placement = Placement(key, logical, physical, tier, size)
-        node.state, node.replica, node.unpacked, node.evicted, node.size = State.FINISHED, True, True, False, size
+        # finished once complete (link_unpacked): a finished node's result may be read where it is
+        node.state, node.replica, node.unpacked, node.evicted, node.size = State.RUNNING, True, True, False, size
         run.hierarchy.settle(tier, size, size)
         return node.placement
 
     def link_unpacked(self, node: NodeState) -> None:
-        """The unpacked directory is complete: its path in the home links to it from now on."""
+        """The unpacked directory is complete, its paths rewritten: the node is finished, and its
+        path in the home links to it from now on."""
+        node.state = State.FINISHED
         p = node.placement
         self.run.makedirs(p.logical.parent)
         os.symlink(p.physical, p.logical, target_is_directory=True)

@@ -192,9 +192,9 @@ class View:
 
 
     def _keep_writes_outside(self, upper: Path, real_at: str) -> None:
-        """What the node wrote in the view outside its own directory (``../shared.txt``) went to
-        the overlay's upper layer: put where it would be without Sea (a producer's directory on
-        its tier, else the home), before the layer goes. Deletions there are not repeated."""
+        """What the node did in the view outside its own directory (wrote ``../shared.txt``,
+        removed or renamed a file beside it) went to the overlay's upper layer: done where it would
+        be without Sea (a producer's directory on its tier, else the home), before the layer goes."""
         own = self.logical.relative_to(self.at).parts
         skeleton = {os.path.join(*own[:i]) for i in range(1, len(own) + 1)}
         for dirpath, dirs, files in os.walk(upper):
@@ -207,10 +207,12 @@ class View:
                     dirs.remove(name)  # copied whole
                 src = os.path.join(dirpath, name)
                 st = os.lstat(src)
-                if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-                    continue  # a whiteout: the node removed something outside its directory
                 where = self.to_physical(str(self.at / rel))
                 dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
+                if _is_whiteout(st) or (stat.S_ISDIR(st.st_mode) and _is_opaque(src)):
+                    _remove(dst)  # the node removed it (a whiteout), or removed and made it again (opaque)
+                    if _is_whiteout(st):
+                        continue
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 if stat.S_ISDIR(st.st_mode):
                     shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_whiteouts)
@@ -222,14 +224,33 @@ class View:
                     shutil.copy2(src, dst)
 
 
+def _is_whiteout(st: os.stat_result) -> bool:
+    """What an overlay's upper layer marks as removed: a character device 0/0."""
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+
+def _is_opaque(directory: str) -> bool:
+    """An upper directory that hides the lower ones' entries (the node removed the directory and
+    made it again): ``trusted.overlay.opaque`` as root, ``user.overlay.opaque`` in a user namespace."""
+    for name in ("trusted.overlay.opaque", "user.overlay.opaque"):
+        with contextlib.suppress(OSError):
+            if os.getxattr(directory, name, follow_symlinks=False) == b"y":
+                return True
+    return False
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
 def _whiteouts(directory: str, names: list[str]) -> set[str]:
-    """What an overlay's upper layer marks as removed (a character device 0/0): not copied."""
-    marked = set()
-    for name in names:
-        st = os.lstat(os.path.join(directory, name))
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-            marked.add(name)
-    return marked
+    """The entries of an upper directory the node removed: not copied (below an opaque directory,
+    nothing of the lower layers is left to remove)."""
+    return {name for name in names if _is_whiteout(os.lstat(os.path.join(directory, name)))}
 
 
 def _within(path: str, directory: Path) -> bool:

@@ -3,6 +3,7 @@ handles and Sea did not. Real FIFOs, sparse files, a second real user (``useradd
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -567,16 +568,16 @@ def test_where_namespaces_are_not_allowed_nodes_run_at_their_tier_paths_and_the_
 
 
 # ------------------------------------------------------------------ a real user's files (second pass)
-def _as_user(user: tuple[int, int], home: Path, function, *args) -> None:
+def _as_user(user: tuple[int, int], home: Path, function, *args, groups: tuple[int, ...] = ()) -> None:
     """``function(*args)`` in a process of a user without privileges (root bypasses every mode
-    these tests are about); its traceback, if it raised, fails the test."""
+    these tests are about), also in ``groups``; its traceback, if it raised, fails the test."""
     uid, gid = user
     failure = home / f"failure-{time.monotonic_ns()}.txt"
     pid = os.fork()
     if pid == 0:
         try:
             _python_reachable()
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             os.environ["HOME"] = str(home)
@@ -726,6 +727,133 @@ def test_files_written_beside_a_node_at_its_tier_path_reach_the_home(disk_dir, s
         report = RunReport.from_json(disk_dir / home / "sea-report.json")
         assert report.strays_home == [stray] and "beside node directories" in report.to_text(), report.to_text()
     assert sea_private_dirs(shm_dir) == []
+
+
+RULED_CHAIN = """
+    import json, sys
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataSink
+
+    def make():
+        import os, time
+        with open("data.txt", "w") as f:
+            f.write("x" * 100000)
+        time.sleep(1.5)  # worth a checkpoint
+        return os.path.abspath("data.txt")
+
+    def step(infile, tag):
+        import os, time
+        with open("out.txt", "w") as f:
+            f.write(tag + open(infile).read()[:50])
+        time.sleep(1.5)
+        return os.path.abspath("out.txt")
+
+    plugin, base, tag, sea = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+    wf = Workflow(name="wf", base_dir=base)
+    a = Node(Function(output_names=["f"], function=make), name="a")
+    b = Node(Function(input_names=["infile", "tag"], output_names=["f"], function=step), name="b")
+    c = Node(Function(input_names=["infile", "tag"], output_names=["f"], function=step), name="c")
+    b.inputs.tag, c.inputs.tag = "b", tag
+    sink = Node(DataSink(base_directory=base + "/out"), name="sink")
+    wf.connect([(a, b, [("f", "infile")]), (b, c, [("f", "infile")]), (c, sink, [("f", "res")])])
+    wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if plugin == "SeaMultiProc" else {})})
+"""
+
+
+@pytest.mark.parametrize("mode", ["remove", "keep"])
+def test_a_rule_dropping_a_file_a_consumer_reads_leaves_no_directory_taken_as_done(disk_dir, shm_dir, mode):
+    """A rule removes (or keeps on the tier) the file node ``b`` hands to ``c``; ``auto`` keeps
+    ``b``'s directory. Its copy home held the result but not the file: Nipype took ``b`` as done on
+    the rerun after ``c`` changed, and ``c`` failed on that run and every later one. Now the
+    directory is not kept without the file: the rerun recomputes ``b``, as MultiProc's rerun runs
+    what it must, and its outputs are MultiProc's."""
+    script = script_file(RULED_CHAIN)
+    sea = {"tiers": [{"path": str(shm_dir)}], "checkpoint_budget": "10MiB", "rules": [{"pattern": "wf/b/out.txt", "mode": mode}]}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        for tag in ("first", "changed"):
+            done = subprocess.run([sys.executable, str(script), plugin, str(disk_dir / plugin), tag, json.dumps(sea)], capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, (plugin, tag, done.stderr[-3000:])
+    ours, theirs = (disk_dir / p / "out" / "res" / "out.txt" for p in ("SeaMultiProc", "MultiProc"))
+    assert ours.read_text() == theirs.read_text() and ours.read_text().startswith("changed")
+    if mode == "keep":  # what the rule kept stays on the tier, said, until `sea recover` or a removal
+        for kept in sea_private_dirs(shm_dir):
+            shutil.rmtree(kept)
+    assert sea_private_dirs(shm_dir) == []
+
+
+def _appends_beside(x):
+    with open("../log.txt", "a") as f:  # a log beside the nodes' directories, in the lab's group
+        f.write(f"line {x}\n")
+    return x
+
+
+def _run_appending_workflow(plugin: str, base: str, tier: str) -> None:
+    from nipype import Function, Node, Workflow
+
+    wf = Workflow(name="lab", base_dir=base)
+    first = Node(Function(input_names=["x"], output_names=["x"], function=_appends_beside), name="first")
+    second = Node(Function(input_names=["x"], output_names=["x"], function=_appends_beside), name="second")
+    first.inputs.x = 1
+    wf.connect(first, "x", second, "x")
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": {"tiers": [{"path": tier}]}} if plugin == "SeaMultiProc" else {})})
+
+
+def test_a_work_directory_of_a_lab_group_runs_as_under_multiproc(disk_dir, shm_dir, other_user):
+    """A work directory in a lab's setgid directory (a group of the user's other than their own):
+    a user namespace maps their own group only, so a node changing a file there beside its
+    directory failed with EOVERFLOW. The view is not used in such a home (said in one line, and in
+    the report): nodes run at their tier paths, and the file is what MultiProc leaves."""
+    made = subprocess.run(["groupadd", "--system", "sea-lab"], capture_output=True, text=True)
+    assert made.returncode in (0, 9), made.stderr
+    lab = __import__("grp").getgrnam("sea-lab").gr_gid
+    uid, gid = other_user
+    os.chown(shm_dir, uid, gid)
+    os.chown(disk_dir, uid, lab)
+    disk_dir.chmod(0o2775)
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        _as_user(other_user, disk_dir, _run_appending_workflow, plugin, str(disk_dir / plugin), str(shm_dir), groups=(lab,))
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        assert (disk_dir / plugin / "lab" / "log.txt").read_text() == "line 1\nline 1\n", plugin
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
+    assert report.success and "belongs to group" in report.paths_recorded, report.to_text()
+    assert sea_private_dirs(shm_dir) == []
+
+
+def _tidies_beside(x):
+    import os
+    import shutil
+
+    os.remove("../stale.flag")
+    os.rename("../todo.txt", "../done.txt")
+    shutil.rmtree("../made")  # removed and made again: nothing of the old one is left
+    os.mkdir("../made")
+    with open("../made/new.txt", "w") as f:
+        f.write("new")
+    return x
+
+
+def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renamed(disk_dir, shm_dir):
+    """In the view, a node removing or renaming files beside its directory (a flag, a to-do list,
+    a directory it empties by removing it) did so in its overlay only: the home kept them, and
+    both names of a renamed file. Now the home is as MultiProc leaves it."""
+    from nipype import Function, Node, Workflow
+
+    trees = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf_dir = disk_dir / plugin / "tidy"
+        (wf_dir / "made").mkdir(parents=True)
+        for name, text in (("stale.flag", "1"), ("todo.txt", "list"), ("made/old.txt", "old")):
+            (wf_dir / name).write_text(text)
+        wf = Workflow(name="tidy", base_dir=str(disk_dir / plugin))
+        node = Node(Function(input_names=["x"], output_names=["x"], function=_tidies_beside), name="node")
+        node.inputs.x = 1
+        wf.add_nodes([node])
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
+        ours = ("stale.flag", "todo.txt", "done.txt", "made/old.txt", "made/new.txt")
+        trees[plugin] = {name: (wf_dir / name).read_text() for name in ours if (wf_dir / name).exists()}
+    assert trees["SeaMultiProc"] == trees["MultiProc"] == {"done.txt": "list", "made/new.txt": "new"}, trees
+    assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
 def test_a_job_whose_checksum_another_node_has_does_not_hang(tmp_path, shm_dir):
