@@ -19,6 +19,7 @@ import itertools
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph, console
@@ -111,6 +112,19 @@ def check_dask_plugin_args(plugin_args) -> dict:
         if key not in DASK_PLUGIN_ARGS:
             raise unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")
     return plugin_args
+
+
+def plugin_file_problems(plugin_args) -> list[str]:
+    """What ``sea check`` says of a ``--use-plugin`` file's ``plugin_args`` for SeaDask (its ``sea``
+    part aside), one line each: unknown keys, and the ``dask`` part."""
+    if not isinstance(plugin_args, Mapping):
+        return [f"plugin_args must be a mapping (sea, dask), not {plugin_args!r}"]
+    problems = [str(unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")) for key in plugin_args if key not in DASK_PLUGIN_ARGS]
+    try:
+        DaskOptions.load(plugin_args.get("dask"))
+    except SeaConfigError as problem:
+        problems.append(str(problem))
+    return problems
 
 
 class SeaDaskPlugin(DaskTaskLoop):

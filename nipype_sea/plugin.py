@@ -20,6 +20,7 @@ import nipype
 from sea import SeaConfig, SeaConfigError, SeaEngine, WorkflowGraph, console
 from sea.config import Checkpoints, unknown_key
 from sea.interrupt import StopSignals
+from sea.memory import job_memory_limit
 
 from . import _nipype_internals as nx_
 from .graph import node_specs
@@ -32,14 +33,41 @@ def check_plugin_args(plugin_args) -> dict:
     of the kind it needs: a typo or a wrong type fails before any node, as one line."""
     if plugin_args is None:
         return {}
-    if not isinstance(plugin_args, Mapping):
-        raise SeaConfigError(f"plugin_args must be a dict such as {{'n_procs': 4, 'sea': 'sea.yml'}}, not {plugin_args!r}")
-    known = list(nx_.MULTIPROC_ARGS)
-    for key, value in plugin_args.items():
-        if key not in nx_.MULTIPROC_ARGS:
-            raise unknown_key("plugin_args", key, known, valid="SeaMultiProc takes")
-        nx_.MULTIPROC_ARGS[key](value, f"plugin_args[{key!r}]")
+    problems = _problems(plugin_args)
+    if problems:
+        raise problems[0]
     return dict(plugin_args)
+
+
+def _problems(plugin_args) -> list[SeaConfigError]:
+    if not isinstance(plugin_args, Mapping):
+        return [SeaConfigError(f"plugin_args must be a dict such as {{'n_procs': 4, 'sea': 'sea.yml'}}, not {plugin_args!r}")]
+    known, problems = list(nx_.MULTIPROC_ARGS), []
+    for key, value in plugin_args.items():
+        try:
+            if key not in nx_.MULTIPROC_ARGS:
+                raise unknown_key("plugin_args", key, known, valid="SeaMultiProc takes")
+            nx_.MULTIPROC_ARGS[key](value, f"plugin_args[{key!r}]")
+        except SeaConfigError as problem:
+            problems.append(problem)
+    return problems
+
+
+def plugin_file_problems(plugin_args) -> list[str]:
+    """What ``sea check`` says of a ``--use-plugin`` file's ``plugin_args`` for SeaMultiProc (its
+    ``sea`` part aside: the core checks it), one line each: every key and value as
+    :func:`check_plugin_args` checks them, and a ``memory_gb`` more than this machine (or the job's
+    cgroup) has, with which MultiProc would start more than fits."""
+    problems = [str(p) for p in _problems(plugin_args)]
+    memory = plugin_args.get("memory_gb") if isinstance(plugin_args, Mapping) else None
+    if not problems and memory is not None:
+        limit = job_memory_limit()
+        if memory * 2**30 > limit.bytes:
+            problems.append(
+                f"plugin_args['memory_gb'] {memory} is more than the {limit.bytes / 2**30:.1f} GiB of memory here ({limit.source}): "
+                f"MultiProc would start nodes that together do not fit; give at most {limit.bytes / 2**30:.1f} (check on the machine the job runs on)"
+            )
+    return problems
 
 
 class SeaMultiProcPlugin(nx_.EventedMultiProc):

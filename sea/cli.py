@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import importlib.metadata
 import json
 import os
 import sys
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _command(args)
     except SeaConfigError as exc:
-        print(f"sea: error: {exc}", file=sys.stderr)
+        for line in getattr(exc, "lines", None) or [str(exc)]:  # one per problem (sea check of a --use-plugin file)
+            print(f"sea: error: {line}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `sea report ... | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit must not fail again
@@ -160,7 +163,9 @@ def _check(source: str | None, home: str | None) -> int:
 
 def _load_checked(source: str | None) -> SeaConfig:
     """Sea's configuration in ``source``: a Sea YAML file, or a ``--use-plugin`` file as fMRIPrep
-    reads it (``plugin:`` and ``plugin_args:``, Sea's settings under ``plugin_args: {sea: ...}``)."""
+    reads it (``plugin:`` and ``plugin_args:``, Sea's settings under ``plugin_args: {sea: ...}``),
+    checked whole: the plugin's name, its arguments (by the adapter that provides it: the
+    ``sea.plugins`` entry points) and Sea's part; every problem found is one line of the error."""
     if source is None or not Path(source).is_file():
         return SeaConfig.load(source)  # $SEA_CONFIG, defaults, or the one-line error for the path
     data = read_config_file(Path(source))
@@ -169,10 +174,28 @@ def _load_checked(source: str | None) -> SeaConfig:
     plugin_args = data.get("plugin_args") or {}
     if not isinstance(plugin_args, dict):
         raise SeaConfigError(f"{source}: plugin_args must be a mapping (n_procs, sea, ...), not {plugin_args!r}")
+    problems = [f"{source}: {problem}" for problem in _plugin_problems(data["plugin"], plugin_args)]
     sea = plugin_args.get("sea")
-    if isinstance(sea, dict):
-        return SeaConfig.from_mapping(sea, origin=f"{source}: plugin_args.sea")
-    return SeaConfig.load(sea)  # a path to Sea's own file, or none ($SEA_CONFIG, else the tiers Sea finds)
+    try:
+        config = SeaConfig.from_mapping(sea, origin=f"{source}: plugin_args.sea") if isinstance(sea, dict) else SeaConfig.load(sea)
+    except SeaConfigError as problem:  # (a path to Sea's own file, or none: $SEA_CONFIG, else the tiers Sea finds)
+        problems.append(str(problem))
+    if problems:
+        error = SeaConfigError(problems[0])
+        error.lines = [str(SeaConfigError(problem)) for problem in problems]
+        raise error
+    return config
+
+
+def _plugin_problems(plugin: object, plugin_args: dict) -> list[str]:
+    """What is wrong with a ``--use-plugin`` file's ``plugin`` and, for a Sea plugin, its
+    ``plugin_args`` (as the adapter providing the plugin checks them)."""
+    plugins = {entry.name: entry for entry in importlib.metadata.entry_points(group="sea.plugins")}
+    if plugin in plugins:
+        return plugins[plugin].load()(plugin_args)
+    close = [name for name in plugins if name.lower() == str(plugin).lower()] or difflib.get_close_matches(str(plugin), list(plugins), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f": with it, plugin_args.sea is ignored; Sea's are {', '.join(sorted(plugins))}"
+    return [f"plugin {plugin!r} is not a Sea plugin{hint}"]
 
 
 def _plan(args: argparse.Namespace) -> Plan:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sea import SeaConfig
 from sea.cli import config_reference
 
@@ -109,12 +111,40 @@ def test_check_reads_a_use_plugin_file_as_fmriprep_does(disk_dir, shm_dir, monke
     """docs/fmriprep.md's sea-plugin.yml: Sea's settings are under plugin_args.sea."""
     monkeypatch.setenv("SLURM_TMPDIR", str(shm_dir))
     (disk_dir / "sea-plugin.yml").write_text(
-        "plugin: SeaMultiProc\nplugin_args:\n  n_procs: 8\n  memory_gb: 32\n  sea:\n    tiers:\n      - path: ${SLURM_TMPDIR}\n    sinks: [DataSink, DerivativesDataSink]\n"
+        "plugin: SeaMultiProc\nplugin_args:\n  n_procs: 8\n  memory_gb: 2\n  sea:\n    tiers:\n      - path: ${SLURM_TMPDIR}\n    sinks: [DataSink, DerivativesDataSink]\n"
     )
     result = sea("check", str(disk_dir / "sea-plugin.yml"), "--home", str(disk_dir / "work"))
     assert result.returncode == 0 and str(shm_dir) in result.stdout, result.stderr
     (disk_dir / "bad-plugin.yml").write_text("plugin: SeaMultiProc\nplugin_args:\n  sea:\n    tierz: []\n")
     assert "plugin_args.sea: unknown key 'tierz'" in one_error_line(sea("check", str(disk_dir / "bad-plugin.yml")))
+
+
+@pytest.mark.parametrize(
+    "plugin_file, said",
+    [
+        ("plugin: SeaMultiproc\n", "plugin 'SeaMultiproc' is not a Sea plugin (did you mean 'SeaMultiProc'?)"),
+        ("plugin: MultiProc\nplugin_args: {sea: {}}\n", "plugin 'MultiProc' is not a Sea plugin (did you mean 'SeaMultiProc'?)"),
+        ("plugin: Linear\n", "plugin 'Linear' is not a Sea plugin: with it, plugin_args.sea is ignored; Sea's are SeaDask, SeaMultiProc"),
+        ("plugin: SeaMultiProc\nplugin_args: {n_proc: 8}\n", "plugin_args: unknown key 'n_proc' (did you mean 'n_procs'?)"),
+        ("plugin: SeaMultiProc\nplugin_args: {n_procs: 0}\n", "plugin_args['n_procs'] must be a whole number of at least 1, not 0"),
+        ("plugin: SeaMultiProc\nplugin_args: {memory_gb: 100000}\n", "plugin_args['memory_gb'] 100000 is more than the"),
+        ("plugin: SeaDask\nplugin_args: {n_procs: 4}\n", "plugin_args: unknown key 'n_procs'"),
+    ],
+    ids=["plugin-case", "multiproc", "not-sea", "n_proc", "n_procs-0", "memory_gb", "dask-n_procs"],
+)
+def test_check_refuses_each_mistake_of_a_use_plugin_file_in_one_line(disk_dir, plugin_file, said):
+    """``sea check`` of an fMRIPrep ``--use-plugin`` file checks all of it (issue 35): the plugin's
+    name, MultiProc's arguments as SeaMultiProc checks them, ``memory_gb`` against this machine."""
+    (disk_dir / "plugin.yml").write_text(plugin_file)
+    assert said in one_error_line(sea("check", str(disk_dir / "plugin.yml")))
+
+
+def test_check_says_every_problem_of_a_use_plugin_file(disk_dir):
+    (disk_dir / "plugin.yml").write_text("plugin: SeaMultiProc\nplugin_args:\n  n_proc: 8\n  memory_gb: -1\n  sea: {tierz: []}\n")
+    result = sea("check", str(disk_dir / "plugin.yml"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 3 and all(line.startswith("sea: error: ") for line in lines), result.stderr
+    assert "'n_proc'" in lines[0] and "memory_gb" in lines[1] and "tierz" in lines[2], lines
 
 
 def test_check_without_home_still_finds_a_missing_tier(disk_dir):

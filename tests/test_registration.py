@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).parent
 
 
@@ -36,6 +38,28 @@ def test_plugin_name_resolves_without_import(disk_dir, shm_dir):
     assert "plugin class:" in result.stdout
     assert (disk_dir / "work" / "sea-report.json").is_file()
     assert (disk_dir / "out" / "group" / "group_mean.nii").is_file()
+
+
+@pytest.mark.parametrize(
+    "code, said",
+    [
+        ("from nipype import Node, Workflow\nfrom nipype.interfaces.utility import IdentityInterface\n"
+         "wf = Workflow(name='w', base_dir='work')\nwf.add_nodes([Node(IdentityInterface(fields=['a']), name='n')])\n"
+         "wf.run(plugin='SeaMultiproc')", "sea: error: Nipype has no plugin 'SeaMultiproc': Sea's is 'SeaMultiProc'"),
+        ("from pydra.engine.submitter import Submitter\nSubmitter(worker='Sea', cache_root='cache')",
+         "sea: error: Pydra has no worker 'Sea': Sea's is 'sea'"),
+    ],
+    ids=["nipype", "pydra"],
+)
+def test_a_mistyped_sea_plugin_name_ends_in_one_line_naming_the_right_one(disk_dir, code, said):
+    """Nipype's traceback ended in "Did you mean: 'MultiProcPlugin'?", Pydra's in a package to
+    install; a name that is not near Sea's is still the engine's to answer (issue 35)."""
+    if "pydra" in code:
+        pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    result = run_fresh(code, cwd=disk_dir)
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [result.stderr.strip()] and result.stderr.startswith(said), result.stderr
+    theirs = run_fresh(code.replace("SeaMultiproc", "Multiproc").replace("'Sea'", "'cff'"), cwd=disk_dir)
+    assert "Traceback" in theirs.stderr and "sea: error" not in theirs.stderr, theirs.stderr
 
 
 def test_fmriprep_style_use_plugin_yaml(disk_dir, shm_dir):
