@@ -25,6 +25,8 @@ def pytest_configure(config):
 
     # what `sea probe` measures stays with the test session, not in the user's ~/.cache/sea
     os.environ["SEA_CACHE"] = tempfile.mkdtemp(prefix="sea-test-cache-")
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller installed them before starting it
+        return
     problem = system_packages.install_missing()
     if problem is not None and system_packages.can_install():  # it tried, and failed
         pytest.exit(problem, returncode=4)

@@ -151,12 +151,14 @@ def wait_until(condition, seconds: float) -> bool:
 @pytest.fixture(scope="session")
 def slurm():
     """A single-host SLURM for this session (stopped at its end); skipped where it cannot run."""
-    with single_host_slurm(SLURM_DIR, PORTS) as env, pytest.MonkeyPatch.context() as patch:
+    def stopped():
+        assert wait_until(lambda: not leftovers(SLURM_DIR), 10), f"left running: {leftovers(SLURM_DIR)}"
+        assert not SLURM_DIR.exists() and not job_mounts(SLURM_DIR)
+
+    with single_host_slurm(SLURM_DIR, PORTS, stopped) as env, pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():  # sbatch, squeue, scancel; the workers import Sea from this checkout
             patch.setenv(name, value)
         yield SLURM_DIR
-    assert wait_until(lambda: not leftovers(SLURM_DIR), 10), f"left running: {leftovers(SLURM_DIR)}"
-    assert not SLURM_DIR.exists() and not job_mounts(SLURM_DIR)
 
 
 def squeue() -> list[str]:
