@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--list", action="store_true", help="list every run's report kept in that base_dir, oldest first")
     report.add_argument("--run", type=int, metavar="N", help="the report of run N of --list (1 is the oldest, -1 the latest)")
     report.add_argument("--json", action="store_true", help="print the JSON as is")
-    report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib: pip install 'sea-workflows[report]')")
+    report.add_argument("--plot", metavar="PNG", help="also draw tier usage and stager queue over time (needs matplotlib: pip install matplotlib)")
     sub.add_parser("config-docs", help="print the configuration reference (docs/configuration.md) in Markdown")
     rescue = sub.add_parser("recover", help="copy home what a run kept on a tier after its flush failed (see the report's KEPT lines)")
     rescue.add_argument("paths", nargs="+", metavar="DIR", help="a kept sea-* directory, or a tier root holding some")

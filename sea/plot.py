@@ -15,7 +15,7 @@ def plot_timeline(report: RunReport, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise SeaConfigError("plotting needs matplotlib: pip install 'sea-workflows[report]'") from None
+        raise SeaConfigError("plotting needs matplotlib: pip install matplotlib") from None
     if not report.timeline:
         raise SeaConfigError("this report has no timeline (no node ran on a fast tier)")
     times = [point[0] for point in report.timeline]

@@ -530,3 +530,23 @@ def test_the_documentation_builds_without_a_warning(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     toctree = one_block("test_the_documentation_builds_without_a_warning", "{toctree}").text.split()
     assert all((tmp_path / "html" / f"{page}.html").exists() for page in toctree if not page.startswith(":")), toctree
+
+
+# --------------------------------------------------------------------------------- install lines
+def test_every_install_line_installs_this_clone_with_extras_it_has():
+    """No package is published under the name sea-workflows yet: a line installing it from an index
+    fails for everyone (issue 35). Every ``pip install`` in the README and the docs installs the
+    clone (``.``) with extras setup.cfg defines; README command 2 runs one of them for real."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    extras = set(config["options.extras_require"])
+    lines = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"pip install (?:-\S+ )*'?([^\s'`]+)'?", page.read_text()):
+            lines += 1
+            named = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", target)
+            assert named, f"{page.name}: pip install {target}: install the clone, pip install '.[...]'"
+            assert set(filter(None, (named.group(1) or "").split(","))) <= extras, f"{page.name}: {target}: extras are {sorted(extras)}"
+    assert lines >= 5

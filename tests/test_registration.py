@@ -3,6 +3,7 @@ fMRIPrep-style ``--use-plugin`` YAML file; ``sea`` never imports an engine."""
 
 from __future__ import annotations
 
+import configparser
 import shutil
 import site
 import subprocess
@@ -184,6 +185,9 @@ def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     assert len(list((tmp_path / "dist").glob("*.tar.gz"))) == 1  # the wheel was built from it
+    # ready to publish: what PyPI checks of the metadata and the description
+    checked = subprocess.run([sys.executable, "-m", "twine", "check", "--strict", *map(str, (tmp_path / "dist").iterdir())], capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0 and checked.stdout.count("PASSED") == 2, checked.stdout + checked.stderr
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -210,9 +214,13 @@ def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
             print(Worker.plugin("sea").__module__, sys.modules["pydra.workers.sea"].__file__.startswith(ours))
         """
     )
+    code += "import sea; print(sea.__version__)\n"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")
     assert lines[0] == "True nipype_sea.plugin", out.stdout
     if sys.version_info >= (3, 11):
         assert lines[1] == "pydra_sea.worker True", out.stdout
+    version = configparser.ConfigParser()
+    version.read(repo / "setup.cfg")
+    assert lines[-2] == version["metadata"]["version"], out.stdout  # one version source: setup.cfg

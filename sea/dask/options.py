@@ -34,7 +34,7 @@ def slurm_cluster_keys() -> list[str]:
         from dask_jobqueue.core import Job, JobQueueCluster
         from dask_jobqueue.slurm import SLURMJob
     except ImportError:
-        raise SeaConfigError("plugin_args['dask']: cluster 'slurm' needs dask-jobqueue: pip install 'sea-workflows[dask]'") from None
+        raise SeaConfigError("plugin_args['dask']: cluster 'slurm' needs dask-jobqueue: pip install dask-jobqueue") from None
     names = {name for c in (SLURMJob, Job, JobQueueCluster) for name in inspect.signature(c.__init__).parameters}
     return sorted(names - {"self", "scheduler", "name", "n_workers", "job_cls", "loop", "asynchronous", "dashboard_address", "host", "base_class_kwargs", "job_kwargs"})
 
