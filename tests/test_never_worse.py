@@ -738,14 +738,14 @@ RULED_CHAIN = """
         import os, time
         with open("data.txt", "w") as f:
             f.write("x" * 100000)
-        time.sleep(1.5)  # worth a checkpoint
+        time.sleep(0.8)
         return os.path.abspath("data.txt")
 
     def step(infile, tag):
         import os, time
         with open("out.txt", "w") as f:
             f.write(tag + open(infile).read()[:50])
-        time.sleep(1.5)
+        time.sleep(0.8)  # worth a checkpoint (more than sea.checkpoint.MIN_SPARED)
         return os.path.abspath("out.txt")
 
     plugin, base, tag, sea = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
@@ -756,6 +756,7 @@ RULED_CHAIN = """
     b.inputs.tag, c.inputs.tag = "b", tag
     sink = Node(DataSink(base_directory=base + "/out"), name="sink")
     wf.connect([(a, b, [("f", "infile")]), (b, c, [("f", "infile")]), (c, sink, [("f", "res")])])
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
     wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if plugin == "SeaMultiProc" else {})})
 """
 

@@ -4,6 +4,7 @@ fMRIPrep-style ``--use-plugin`` YAML file; ``sea`` never imports an engine."""
 from __future__ import annotations
 
 import configparser
+import os
 import shutil
 import site
 import subprocess
@@ -215,7 +216,8 @@ def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
         """
     )
     code += "import sea; print(sea.__version__)\n"
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # (a test or a developer may set it to the checkout)
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120, env=alone)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.split("\n")
     assert lines[0] == "True nipype_sea.plugin", out.stdout

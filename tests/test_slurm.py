@@ -148,7 +148,7 @@ def wait_until(condition, seconds: float) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # its environment (PYTHONPATH: this checkout) ends with the module
 def slurm():
     """A single-host SLURM for this session (stopped at its end); skipped where it cannot run."""
     def stopped():
