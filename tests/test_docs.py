@@ -30,6 +30,8 @@ from sea.pack import pack_path
 from sea.report import MemoryReport, RunReport, WorkerReport
 from sea.sizes import parse_size
 
+from conftest import tree_files
+
 ROOT = Path(__file__).parents[1]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<info>[^\n`]*)\n(?P<text>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 
@@ -66,7 +68,9 @@ COVERAGE = [
     ("test_configuration_blocks_pass_sea_check", "configuration.md", "yaml", ""),
     ("test_fmriprep_use_plugin_recipe_runs_a_workflow", "fmriprep.md", "yaml", r"plugin: SeaMultiProc\n"),
     ("test_fmriprep_use_plugin_recipe_runs_a_workflow", "fmriprep.md", "bash", r"fmriprep .* --use-plugin "),
-    ("test_slurm_batch_script_runs_on_slurm", "slurm.md", "bash", r"#!/bin/bash\n#SBATCH"),
+    ("test_fmriprep_array_script_runs_one_participant_per_work_directory", "fmriprep.md", "bash", r"#!/bin/bash\n#SBATCH --job-name=fmriprep-sea"),
+    ("test_slurm_batch_script_runs_on_slurm", "slurm.md", "bash", r"#!/bin/bash\n#SBATCH --job-name=sea-driver"),
+    ("test_slurm_array_runs_a_subject_per_task_and_a_resubmitted_task_resumes", "slurm.md", "bash", r"#!/bin/bash\n#SBATCH --job-name=sea-subjects|# once, on the login node"),
     ("test_slurm_use_plugin_yaml_runs_on_slurm", "slurm.md", "yaml", r"plugin: SeaDask\n"),
     ("test_slurm_use_plugin_yaml_runs_on_slurm", "slurm.md", "bash", r"fmriprep .* --use-plugin "),
     ("test_report_listing_is_what_the_report_prints", "slurm.md", "text", r"\s*worker\s+nodes\s+local inputs"),
@@ -270,6 +274,7 @@ FMRIPREP.add_argument("output_dir")
 FMRIPREP.add_argument("analysis_level", choices=["participant"])
 FMRIPREP.add_argument("-w", "--work-dir", required=True)
 FMRIPREP.add_argument("--use-plugin", required=True)
+FMRIPREP.add_argument("--participant-label", nargs="+")
 
 
 def fmriprep_run(command: str, plugin_yaml: str, tmp_path: Path) -> Path:
@@ -318,6 +323,23 @@ def test_fmriprep_use_plugin_recipe_runs_a_workflow(tmp_path, tmpfs_factory, mon
     (tier,) = [t for t in report.tiers if not t.name.startswith("home:")]
     assert Path(tier.path) == slurm_tmpdir and tier.nodes_placed == report.nodes_run, report.to_text()
     assert report.files_flushed >= 5, report.to_text()  # the five derivatives, staged then copied home
+
+
+def test_fmriprep_array_script_runs_one_participant_per_work_directory(tmp_path, tmpfs_factory, monkeypatch):
+    """fmriprep.md's array script: its fmriprep line, for task 1 (sub-01, from subjects.txt), with the
+    page's plugin file and ${SLURM_TMPDIR} a tmpfs of its own, as fmriprep_run does it (fMRIPrep is
+    not installed; slurm.md's array runs on a real SLURM); its work directory is the subject's own."""
+    script = one_block("test_fmriprep_array_script_runs_one_participant_per_work_directory", "bash").text
+    assert "#SBATCH --array=" in script and '--signal=B:TERM@' in script and "\nexec fmriprep " in script
+    line = next(line for line in script.splitlines() if line.startswith("exec fmriprep "))
+    command = line.removeprefix("exec ").replace('"$subject"', "01").replace("sub-$subject", "sub-01").replace("$USER", "user")
+    slurm_tmpdir = tmpfs_factory("1G")
+    monkeypatch.setenv("SLURM_TMPDIR", str(slurm_tmpdir))
+    plugin_yaml = one_block("test_fmriprep_use_plugin_recipe_runs_a_workflow", "yaml").text
+    work = fmriprep_run(command, plugin_yaml, tmp_path)
+    assert work == tmp_path / "sub-01"  # -w /scratch/$USER/work/sub-01: the subject's own
+    report = RunReport.from_json(work / "sea-report.json")
+    assert report.success and Path(next(t for t in report.tiers if not t.name.startswith("home:")).path) == slurm_tmpdir, report.to_text()
 
 
 # --------------------------------------------------------------------------------- slurm.md on a real SLURM
@@ -378,6 +400,14 @@ JOB_SIZES = [
 ]
 
 
+def this_python(script: str) -> str:
+    """A page's batch script with its ``source ~/venvs/...`` line replaced: this interpreter's
+    directory first on PATH."""
+    script, sources = re.subn(r"^source ~/venvs/.*$", f'export PATH="{Path(sys.executable).parent}:$PATH"', script, flags=re.M)
+    assert sources == 1, script
+    return script
+
+
 def substituted(text: str, replacements: list[tuple[str, str]]) -> str:
     for old, new in replacements:
         assert text.count(old) == 1, f"{old!r} is not (or not once) in the page's block: update the test"
@@ -395,9 +425,7 @@ def test_slurm_batch_script_runs_on_slurm(slurm, tmp_path):
     The driver job runs the workflow and submits the worker job itself; run() returns once the
     outputs are home, and the worker job is cancelled."""
     block = one_block("test_slurm_batch_script_runs_on_slurm", "bash")
-    script, sources = re.subn(r"^source ~/venvs/.*$", f'export PATH="{Path(sys.executable).parent}:$PATH"', block.text, flags=re.M)
-    assert sources == 1, block.text
-    script = substituted(script, [
+    script = substituted(this_python(block.text), [
         ("export SCRATCH_DIR=/scratch/$USER/sea-demo", f"export SCRATCH_DIR={tmp_path / 'scratch'}"),
         ("n_chunks=32, chunk_mib=256", "n_chunks=2, chunk_mib=1"),
         ("len(chunks), 10,", "len(chunks), 2,"),
@@ -413,6 +441,64 @@ def test_slurm_batch_script_runs_on_slurm(slurm, tmp_path):
     assert state == "COMPLETED", f"the driver job is {state}\n{logs}"
     check_slurm_run(tmp_path / "scratch" / "work")
     assert sorted(p.name for p in (tmp_path / "scratch" / "out").rglob("*.nii")) == ["chunk000.nii", "chunk001.nii"], logs
+    wait_for_idle(env)
+
+
+@pytest.mark.timeout(600)
+def test_slurm_array_runs_a_subject_per_task_and_a_resubmitted_task_resumes(slurm, tmp_path):
+    """slurm.md's array: the data made as the page says, the script submitted with sbatch, one
+    SeaMultiProc run per subject, each in its task's ${SLURM_TMPDIR} with its own -w. Task 1 is
+    stopped by SIGTERM half way (as --signal does before the wall time), submitted again alone
+    (``sbatch --array=1``) and resumes from its journal. The derivatives are
+    MultiProc's, byte for byte. Replaced: the source line (this interpreter first on PATH), STUDY
+    (tmp_path), the data's size (SHRINK), the array (2 subjects) and the tasks' sizes (one core)."""
+    blocks = handled_by("test_slurm_array_runs_a_subject_per_task_and_a_resubmitted_task_resumes")
+    (setup,) = [b for b in blocks if b.text.startswith("# once")]
+    (script,) = [b for b in blocks if b.text.startswith("#!/bin/bash")]
+    study = tmp_path / "study"
+    shrink = ["--volumes", "12", "--matrix", "16"]
+    make, submit = [line for line in setup.text.splitlines() if line and not line.startswith("#")]
+    make_args = shlex.split(make)[3:]
+    make_args[make_args.index("--root") + 1], make_args[make_args.index("--subjects") + 1] = str(study), "2"
+    made = subprocess.run([sys.executable, "-m", "example_workflows.fmri_preproc", *make_args, *shrink], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert made.returncode == 0 and "2 subjects in" in made.stdout, made.stderr[-2000:]
+    reference = subprocess.run([sys.executable, "-m", "example_workflows.fmri_preproc", "--root", str(tmp_path / "mp"), "--subjects", "2", *shrink, "--plugin", "MultiProc"],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    text = substituted(this_python(script.text), [
+        ("STUDY=/scratch/$USER/study", f"STUDY={study}"),
+        ("--array=1-4", "--array=1-2"),
+        ("--cpus-per-task=2", "--cpus-per-task=1"),
+        ("--mem=8G", "--mem=1G"),
+        ("--tmp=20G", "--tmp=200M"),
+        ('--n-procs "$SLURM_CPUS_PER_TASK"', f'--n-procs "$SLURM_CPUS_PER_TASK" {" ".join(shrink)}'),
+    ])  # fmt: skip
+    assert submit == "sbatch sea-subjects.sh"
+    (tmp_path / "sea-subjects.sh").write_text(text)
+    env = {**os.environ, **slurm, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    first = subprocess.run(["sbatch", "--parsable", "sea-subjects.sh"], capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout.strip().split(";")[0]
+    journal = study / "work" / "sub-01" / ".sea" / "journal.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not journal.exists() or journal.read_text().count('"done"') < 3):
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=TERM", "--batch", f"{first}_1"], env=env, check=True)  # as --signal=B:TERM does
+    states = [wait_for_job(f"{first}_{task}", env, 240) for task in (1, 2)]
+    logs = "".join(f"--- {p.name}\n{p.read_text()[-2000:]}\n" for p in sorted(tmp_path.glob("sea-subjects-*.out")))
+    assert states[1] == "COMPLETED" and states[0] != "COMPLETED", f"{states}\n{logs}"
+    stopped = RunReport.from_json(study / "work" / "sub-01" / "sea-report.json")
+    assert stopped.interrupted and 0 < stopped.nodes_run < stopped.nodes_total, stopped.to_text()
+    again = subprocess.run(["sbatch", "--parsable", "--array=1", "sea-subjects.sh"], capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout.strip().split(";")[0]
+    assert wait_for_job(f"{again}_1", env, 240) == "COMPLETED", "".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("sea-subjects-*.out")))
+    resumed = RunReport.from_json(study / "work" / "sub-01" / "sea-report.json")
+    # the journal knew what the stopped run finished (reused, or evicted and cheaper to run again
+    # than a checkpoint's copy: auto kept none of these small nodes)
+    plan = resumed.rerun_plan
+    assert resumed.success and plan.get("reused", 0) + plan.get("evicted", 0) >= stopped.nodes_run, resumed.to_text()
+    for sub in ("sub-01", "sub-02"):
+        report = RunReport.from_json(study / "work" / sub / "sea-report.json")
+        first_tier = next(t for t in report.tiers if not t.name.startswith("home:"))  # then /dev/shm, found too
+        assert Path(first_tier.path).parent == SLURM_DIR / "jobtmp" and first_tier.nodes_placed == report.nodes_run, report.to_text()  # the task's ${SLURM_TMPDIR}
+    assert tree_files(study / "derivatives") == tree_files(tmp_path / "mp" / "derivatives")
     wait_for_idle(env)
 
 
