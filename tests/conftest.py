@@ -34,7 +34,15 @@ def pytest_configure(config):
         config.issue_config_time_warning(pytest.PytestConfigWarning(problem), stacklevel=2)
 
 
+# the longest modules first (measured: --durations), so that pytest-xdist's workers, taking one
+# module at a time, do not end with one of them running alone
+LONGEST_FIRST = ["test_benchmark_smoke", "test_never_worse", "test_docs", "test_stress", "test_dask", "test_reruns",
+                 "test_hostile_mounts", "test_memory_budget", "test_kill_matrix", "test_interrupt"]  # fmt: skip
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module's own order kept
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --run-slow")
