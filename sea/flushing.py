@@ -31,7 +31,7 @@ from .pack import PackSource
 from .placement import STAGING_DIR, Placer
 from .prefetch import PREFETCH_DIR
 from .private import rmtree
-from .run_state import NodeState, Run, State
+from .run_state import NodeState, Run, SeaHomeMoved, State
 from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, temporary_name, walk_files
 from .view import VIEWS_DIR
 
@@ -405,7 +405,9 @@ class Flusher:
                 if rel.split("/", 1)[0] in (VIEWS_DIR, STAGING_DIR, PREFETCH_DIR) or any(d in ours for d in src.parents):
                     continue
                 try:
-                    atomic_copy(src, run.home / rel)
+                    atomic_copy(src, run.home / rel, guard=run.check_home)  # never a new home in place of one moved away
+                except SeaHomeMoved:
+                    return  # the run's end says so
                 except OSError as error:
                     run.log.warning("[Sea] %s, written beside its node's directory, could not be put in the home (%s): it goes with the tier", rel, error.strerror or error)
                     continue
