@@ -191,6 +191,8 @@ def _plugin_problems(plugin: object, plugin_args: dict) -> list[str]:
     """What is wrong with a ``--use-plugin`` file's ``plugin`` and, for a Sea plugin, its
     ``plugin_args`` (as the adapter providing the plugin checks them)."""
     plugins = {entry.name: entry for entry in importlib.metadata.entry_points(group="sea.plugins")}
+    if not isinstance(plugin, str):
+        return [f"plugin must be a plugin's name, such as SeaMultiProc, not {plugin!r}"]
     if plugin in plugins:
         return plugins[plugin].load()(plugin_args)
     close = [name for name in plugins if name.lower() == str(plugin).lower()] or difflib.get_close_matches(str(plugin), list(plugins), n=1)

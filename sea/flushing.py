@@ -404,15 +404,22 @@ class Flusher:
                 src = tier.workdir / rel
                 if rel.split("/", 1)[0] in (VIEWS_DIR, STAGING_DIR, PREFETCH_DIR) or any(d in ours for d in src.parents):
                     continue
-                try:
-                    atomic_copy(src, run.home / rel, guard=run.check_home)  # never a new home in place of one moved away
-                except SeaHomeMoved:
-                    return  # the run's end says so
-                except OSError as error:
-                    run.log.warning("[Sea] %s, written beside its node's directory, could not be put in the home (%s): it goes with the tier", rel, error.strerror or error)
-                    continue
+                if os.path.lexists(run.home / rel):  # the node, at its tier path, did not see it: it stays
+                    run.report.strays_left.append(rel)
+                else:
+                    try:
+                        atomic_copy(src, run.home / rel, guard=run.check_home)  # never a new home in place of one moved away
+                        run.report.strays_home.append(rel)
+                    except SeaHomeMoved:
+                        return  # the run's end says so
+                    except OSError as error:
+                        run.log.warning("[Sea] %s, written beside its node's directory, could not be put in the home (%s): it goes with the tier", rel, error.strerror or error)
                 run.hierarchy.remove(src)
-                run.report.strays_home.append(rel)
+        if run.report.strays_left:
+            run.log.warning(
+                "[Sea] %d file(s) nodes wrote beside their directories on a tier were not put in the home, where a file of that "
+                "name is (the nodes, at their tier paths, did not see it), first %s: they go with the tier", len(run.report.strays_left), run.report.strays_left[0],
+            )  # fmt: skip
         if run.report.strays_home:
             run.log.warning(
                 "[Sea] %d file(s) nodes wrote beside their directories on a tier were put at their paths in the home, first %s",

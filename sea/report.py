@@ -97,6 +97,7 @@ class RunReport:
     paths_recorded: str = ""  # why nodes ran at their tier paths, not at their paths in the home (sea.view), if they did
     late_writes: list[str] = field(default_factory=list)  # nodes whose directories grew after they returned (evicted with them)
     strays_home: list[str] = field(default_factory=list)  # files nodes at their tier paths wrote beside their directories, put in the home at the end
+    strays_left: list[str] = field(default_factory=list)  # ... not put there: the home has a file of that name (the node did not see it)
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
@@ -213,6 +214,8 @@ class RunReport:
             lines.append(f"  dirs: node directories, {self.subnodes} of them MapNode sub-nodes placed on their own")
         if self.late_writes:
             lines.append(f"  {len(self.late_writes)} node directories grew after their node returned (a process left running?), first {self.late_writes[0]}: evicted with them")
+        if self.strays_left:
+            lines.append(f"  {len(self.strays_left)} file(s) written beside node directories on a tier not put in the home, where a file of that name is, first {self.strays_left[0]}")
         if self.strays_home:
             lines.append(f"  {len(self.strays_home)} file(s) written beside node directories on a tier put at their paths in the home, first {self.strays_home[0]}")
         if self.paths_recorded:

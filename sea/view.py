@@ -31,6 +31,7 @@ import logging
 import os
 import shutil
 import stat
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,7 @@ class View:
         source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
         real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
         mounted: list[str] = []
+        started = time.time_ns()
         try:
             # the overlay's scratch: a file system of this namespace's own, so that no layer holds another
             _mount("tmpfs", str(scratch), "tmpfs", 0, "mode=700")
@@ -180,7 +182,7 @@ class View:
         finally:
             try:
                 if str(at) in mounted:
-                    self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}")
+                    self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started)
             except OSError as e:  # never left mounted for the next node of this process
                 logging.getLogger("sea").warning("[Sea] %s: what it wrote outside its directory could not all be kept (%s)", self.logical, e)
             os.close(source)
@@ -191,10 +193,14 @@ class View:
                 scratch.rmdir()
 
 
-    def _keep_writes_outside(self, upper: Path, real_at: str) -> None:
+    def _keep_writes_outside(self, upper: Path, real_at: str, started: int) -> None:
         """What the node did in the view outside its own directory (wrote ``../shared.txt``,
-        removed or renamed a file beside it) went to the overlay's upper layer: done where it would
-        be without Sea (a producer's directory on its tier, else the home), before the layer goes."""
+        removed or renamed a file beside it, replaced a link or a directory) went to the overlay's
+        upper layer: done again where it would be without Sea (a producer's directory on its tier,
+        else the home), entry by entry, before the layer goes. A removal is done only to what has
+        not changed since the node started (``started``, ns): another node may have made it again
+        meanwhile, as it would have under the engine's own plugin. A link there is replaced, never
+        followed."""
         own = self.logical.relative_to(self.at).parts
         skeleton = {os.path.join(*own[:i]) for i in range(1, len(own) + 1)}
         for dirpath, dirs, files in os.walk(upper):
@@ -203,25 +209,32 @@ class View:
                 rel = os.path.normpath(os.path.join(rel_dir, name))
                 if rel in skeleton:
                     continue  # the way to the node's own directory (bound: nothing of it is here)
-                if name in dirs:
-                    dirs.remove(name)  # copied whole
                 src = os.path.join(dirpath, name)
                 st = os.lstat(src)
                 where = self.to_physical(str(self.at / rel))
                 dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
-                if _is_whiteout(st) or (stat.S_ISDIR(st.st_mode) and _is_opaque(src)):
-                    _remove(dst)  # the node removed it (a whiteout), or removed and made it again (opaque)
-                    if _is_whiteout(st):
-                        continue
+                try:
+                    there = os.lstat(dst)
+                except FileNotFoundError:
+                    there = None
+                whiteout = _is_whiteout(st)
+                if there is not None and (whiteout or (stat.S_ISDIR(st.st_mode) and _is_opaque(src)) or _replaced(st, there)):
+                    # the node removed it, or made something else of that name; but what another
+                    # made or changed since this node started stays (a link never does: not followed)
+                    if not (there.st_ctime_ns >= started and (whiteout or stat.S_ISDIR(there.st_mode))):
+                        _remove(dst)
+                if whiteout:
+                    continue
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 if stat.S_ISDIR(st.st_mode):
-                    shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True, ignore=_whiteouts)
+                    os.makedirs(dst, exist_ok=True)  # its entries follow, one by one
+                    shutil.copystat(src, dst, follow_symlinks=False)
                 elif stat.S_ISLNK(st.st_mode):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(dst)
                     os.symlink(os.readlink(src), dst)
                 else:
-                    shutil.copy2(src, dst)
+                    shutil.copy2(src, dst, follow_symlinks=False)  # dst is no link: removed above if it was
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
@@ -247,10 +260,11 @@ def _remove(path: str) -> None:
             os.unlink(path)
 
 
-def _whiteouts(directory: str, names: list[str]) -> set[str]:
-    """The entries of an upper directory the node removed: not copied (below an opaque directory,
-    nothing of the lower layers is left to remove)."""
-    return {name for name in names if _is_whiteout(os.lstat(os.path.join(directory, name)))}
+def _replaced(upper: os.stat_result, there: os.stat_result) -> bool:
+    """The node made something of another kind where ``there`` is (a file for a link or a
+    directory, a directory for a file)."""
+    kind = lambda st: stat.S_IFMT(st.st_mode)  # noqa: E731
+    return kind(upper) != kind(there) or stat.S_ISLNK(there.st_mode)
 
 
 def _within(path: str, directory: Path) -> bool:

@@ -129,8 +129,9 @@ def test_check_reads_a_use_plugin_file_as_fmriprep_does(disk_dir, shm_dir, monke
         ("plugin: SeaMultiProc\nplugin_args: {n_procs: 0}\n", "plugin_args['n_procs'] must be a whole number of at least 1, not 0"),
         ("plugin: SeaMultiProc\nplugin_args: {memory_gb: 100000}\n", "plugin_args['memory_gb'] 100000 is more than the"),
         ("plugin: SeaDask\nplugin_args: {n_procs: 4}\n", "plugin_args: unknown key 'n_procs'"),
+        ("plugin: [SeaMultiProc]\n", "plugin must be a plugin's name, such as SeaMultiProc, not ['SeaMultiProc']"),
     ],
-    ids=["plugin-case", "multiproc", "not-sea", "n_proc", "n_procs-0", "memory_gb", "dask-n_procs"],
+    ids=["plugin-case", "multiproc", "not-sea", "n_proc", "n_procs-0", "memory_gb", "dask-n_procs", "plugin-list"],
 )
 def test_check_refuses_each_mistake_of_a_use_plugin_file_in_one_line(disk_dir, plugin_file, said):
     """``sea check`` of an fMRIPrep ``--use-plugin`` file checks all of it (issue 35): the plugin's

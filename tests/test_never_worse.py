@@ -727,6 +727,30 @@ def test_files_written_beside_a_node_at_its_tier_path_reach_the_home(disk_dir, s
         report = RunReport.from_json(disk_dir / home / "sea-report.json")
         assert report.strays_home == [stray] and "beside node directories" in report.to_text(), report.to_text()
     assert sea_private_dirs(shm_dir) == []
+    # a file of that name already in the home (the node, at its tier path, did not see it): the
+    # home's stays (the copy replaced it: an append lost the lines before it), and the report says so
+    (disk_dir / "sea" / "shared.txt").write_text("the user's")
+    done = run_script(f"""
+        from pydra.compose import python, workflow
+        from pydra.engine.submitter import Submitter
+
+        @python.define
+        def Again(x):
+            with open("../shared.txt", "a") as f:
+                f.write("appended")
+            return x
+
+        @workflow.define
+        def Once(x):
+            return workflow.add(Again(x=x)).out
+
+        with Submitter(worker="sea", cache_root={str(disk_dir / "sea")!r}, sea={{"tiers": [{{"path": {str(shm_dir)!r}}}], "logical_paths": False}}) as sub:
+            assert sub(Once(x=2)).outputs.out == 2
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (disk_dir / "sea" / "shared.txt").read_text() == "the user's"
+    assert RunReport.from_json(disk_dir / "sea" / "sea-report.json").strays_left == ["shared.txt"]
+    assert sea_private_dirs(shm_dir) == []
 
 
 RULED_CHAIN = """
@@ -824,6 +848,7 @@ def test_a_work_directory_of_a_lab_group_runs_as_under_multiproc(disk_dir, shm_d
 def _tidies_beside(x):
     import os
     import shutil
+    import time
 
     os.remove("../stale.flag")
     os.rename("../todo.txt", "../done.txt")
@@ -831,29 +856,61 @@ def _tidies_beside(x):
     os.mkdir("../made")
     with open("../made/new.txt", "w") as f:
         f.write("new")
+    os.remove("../kept/old.txt")  # in a directory that stays
+    shutil.rmtree("../thing")  # a directory that becomes a file
+    with open("../thing", "w") as f:
+        f.write("file")
+    os.remove("../current")  # a link to a file outside the work directory, replaced by a file
+    with open("../current", "w") as f:
+        f.write("mine")
+    os.remove("../flag")  # ... which another node makes again while this one still runs
+    time.sleep(3)
+    return x
+
+
+def _flags_beside(x):
+    import time
+
+    time.sleep(1)  # after the other node removed it
+    with open("../flag", "w") as f:
+        f.write("theirs")
     return x
 
 
 def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renamed(disk_dir, shm_dir):
     """In the view, a node removing or renaming files beside its directory (a flag, a to-do list,
     a directory it empties by removing it) did so in its overlay only: the home kept them, and
-    both names of a renamed file. Now the home is as MultiProc leaves it."""
+    both names of a renamed file. Then (the fourth adversarial pass): a removal inside a directory
+    that stays was not done; a directory made a file put the file inside it; a link replaced by a
+    file had the file's bytes written through it, outside the work directory; a file another node
+    made again after this one removed it was removed. Now the home is as MultiProc leaves it."""
     from nipype import Function, Node, Workflow
 
     trees = {}
     for plugin in ("MultiProc", "SeaMultiProc"):
         wf_dir = disk_dir / plugin / "tidy"
-        (wf_dir / "made").mkdir(parents=True)
-        for name, text in (("stale.flag", "1"), ("todo.txt", "list"), ("made/old.txt", "old")):
+        for directory in ("made", "kept", "thing"):
+            (wf_dir / directory).mkdir(parents=True)
+        victim = disk_dir / f"{plugin}-victim.txt"  # outside the work directory
+        victim.write_text("untouched")
+        (wf_dir / "current").symlink_to(victim)
+        for name, text in (("stale.flag", "1"), ("todo.txt", "list"), ("made/old.txt", "old"), ("kept/old.txt", "old"),
+                           ("kept/other.txt", "other"), ("thing/inside.txt", "in"), ("flag", "mine")):  # fmt: skip
             (wf_dir / name).write_text(text)
         wf = Workflow(name="tidy", base_dir=str(disk_dir / plugin))
         node = Node(Function(input_names=["x"], output_names=["x"], function=_tidies_beside), name="node")
-        node.inputs.x = 1
-        wf.add_nodes([node])
-        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
-        ours = ("stale.flag", "todo.txt", "done.txt", "made/old.txt", "made/new.txt")
-        trees[plugin] = {name: (wf_dir / name).read_text() for name in ours if (wf_dir / name).exists()}
-    assert trees["SeaMultiProc"] == trees["MultiProc"] == {"done.txt": "list", "made/new.txt": "new"}, trees
+        other = Node(Function(input_names=["x"], output_names=["x"], function=_flags_beside), name="other")
+        node.inputs.x = other.inputs.x = 1
+        wf.add_nodes([node, other])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
+        ours = ("stale.flag", "todo.txt", "done.txt", "made/old.txt", "made/new.txt", "kept/old.txt", "kept/other.txt", "thing", "current", "flag")
+        trees[plugin] = {name: (wf_dir / name).read_text() for name in ours if (wf_dir / name).is_file()}
+        trees[plugin].update(link=(wf_dir / "current").is_symlink(), victim=victim.read_text())
+    assert trees["SeaMultiProc"] == trees["MultiProc"] == {
+        "done.txt": "list", "made/new.txt": "new", "kept/other.txt": "other", "thing": "file", "current": "mine", "flag": "theirs",
+        "link": False, "victim": "untouched",
+    }, trees  # fmt: skip
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
