@@ -1070,7 +1070,10 @@ def _run_in_view(node, updatehash, taskid, view) -> dict | str:
         result = run_node(node, updatehash, taskid)
     _rewrite_results(Path(view.physical).glob("result_*.pklz"), view.to_physical)
     if result.get("result") is not None:
-        result["result"] = _rewritten(result["result"], view.to_physical)
+        # what it hands on, as its result file now says (a re-pickled copy of the result in memory
+        # lost the outputs of some nodes: the core saw no path given, and kept no reader's input)
+        saved = Path(view.physical) / f"result_{node.name}.pklz"
+        result["result"] = _loadpkl(saved) if saved.is_file() else _rewritten(result["result"], view.to_physical)
     return result
 
 
@@ -1095,6 +1098,12 @@ def _rewrite_inputs(node, rewrite, linked_too: bool = True) -> int:
             setattr(node.inputs, name, new)
             changed += 1
     return changed
+
+
+def _loadpkl(path: Path):
+    from nipype.pipeline.engine.utils import loadpkl
+
+    return loadpkl(path)
 
 
 def _rewritten(result, rewrite):
