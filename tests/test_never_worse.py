@@ -680,24 +680,24 @@ def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(
     assert sea_private_dirs(shm_dir) == []
 
 
+BESIDE_TASK = """
+        from pydra.compose import python, workflow
+        from pydra.engine.submitter import Submitter
+
+        @python.define
+        def Beside(x):
+            with open("../shared.txt", "{mode}") as f:  # beside its own directory
+                f.write("{text}")
+            return x
+"""
+
+
 def test_files_written_beside_a_node_at_its_tier_path_reach_the_home(disk_dir, shm_dir):
     """Where nodes run at their tier paths (namespaces refused, as in many containers; here
     ``logical_paths: false``), a node writing ``../shared.txt`` writes it beside its directory on
     the tier, and it went with the tier. Under MultiProc and ``cf`` it is in the home: under Sea too,
     at the run's end, said in the report; the node reading it in the run reads it as before."""
-    done = run_script(f"""
-        from pathlib import Path
-        from pydra.compose import python, workflow
-        from pydra.engine.submitter import Submitter
-        from test_never_worse import _run_modes_workflow
-        from nipype_workflows import run
-
-        @python.define
-        def Beside(x):
-            with open("../shared.txt", "w") as f:
-                f.write("for the next node")
-            return x
-
+    done = run_script(BESIDE_TASK.format(mode="w", text="for the next node") + f"""
         @python.define
         def Then(x):
             return x + 1
@@ -730,19 +730,10 @@ def test_files_written_beside_a_node_at_its_tier_path_reach_the_home(disk_dir, s
     # a file of that name already in the home (the node, at its tier path, did not see it): the
     # home's stays (the copy replaced it: an append lost the lines before it), and the report says so
     (disk_dir / "sea" / "shared.txt").write_text("the user's")
-    done = run_script(f"""
-        from pydra.compose import python, workflow
-        from pydra.engine.submitter import Submitter
-
-        @python.define
-        def Again(x):
-            with open("../shared.txt", "a") as f:
-                f.write("appended")
-            return x
-
+    done = run_script(BESIDE_TASK.format(mode="a", text="appended") + f"""
         @workflow.define
         def Once(x):
-            return workflow.add(Again(x=x)).out
+            return workflow.add(Beside(x=x)).out
 
         with Submitter(worker="sea", cache_root={str(disk_dir / "sea")!r}, sea={{"tiers": [{{"path": {str(shm_dir)!r}}}], "logical_paths": False}}) as sub:
             assert sub(Once(x=2)).outputs.out == 2
