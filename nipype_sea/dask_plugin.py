@@ -108,10 +108,13 @@ def workers_by_name(dask_scheduler=None) -> dict[str, str]:
 
 def check_dask_plugin_args(plugin_args) -> dict:
     plugin_args = dict(plugin_args or {})
-    for key in plugin_args:
-        if key not in DASK_PLUGIN_ARGS:
-            raise unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")
+    for key in _unknown(plugin_args):
+        raise unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")
     return plugin_args
+
+
+def _unknown(plugin_args) -> list:
+    return [key for key in plugin_args if key not in DASK_PLUGIN_ARGS]
 
 
 def plugin_file_problems(plugin_args) -> list[str]:
@@ -119,7 +122,7 @@ def plugin_file_problems(plugin_args) -> list[str]:
     part aside), one line each: unknown keys, and the ``dask`` part."""
     if not isinstance(plugin_args, Mapping):
         return [f"plugin_args must be a mapping (sea, dask), not {plugin_args!r}"]
-    problems = [str(unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")) for key in plugin_args if key not in DASK_PLUGIN_ARGS]
+    problems = [str(unknown_key("plugin_args", key, list(DASK_PLUGIN_ARGS), valid="SeaDask takes")) for key in _unknown(plugin_args)]
     try:
         DaskOptions.load(plugin_args.get("dask"))
     except SeaConfigError as problem:

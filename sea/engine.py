@@ -41,6 +41,7 @@ A runnable example with real files::
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -715,7 +716,7 @@ class SeaEngine:
                 return None
             if self.machine is not None:  # one machine of a Dask run: its worker processes are threaded
                 return None
-            unmapped = self._unmapped_group()
+            unmapped = self._unmapped_group
             if unmapped:
                 self.view_refused(unmapped)
                 return None
@@ -724,11 +725,12 @@ class SeaEngine:
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
             return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity)
 
+    @functools.cached_property
     def _unmapped_group(self) -> str:
-        """Why a view would fail nodes, if it would: a user without privileges sees it through a user
-        namespace that maps their own group only (:func:`sea.view.enter`), and a work directory of
-        another of their groups (a lab's setgid directory) holds files the view cannot change
-        (``EOVERFLOW`` when a node appends to a file beside its directory)."""
+        """Why a view would fail nodes, if it would (looked at once): a user without privileges sees
+        it through a user namespace that maps their own group only (:func:`sea.view.enter`), and a
+        work directory of another of their groups (a lab's setgid directory) holds files the view
+        cannot change (``EOVERFLOW`` when a node appends to a file beside its directory)."""
         try:
             group = os.stat(self.home).st_gid
         except OSError:

@@ -127,18 +127,15 @@ class Flusher:
         ruled = [(src, rel, self._ruled(f"{key}/{rel}")) for src, rel in self.node_files(node)]
         node.keep |= any(mode is Mode.KEEP for _, _, mode in ruled)
         priority = self._priority(node)
-        if node.checkpoint and not node.spec.persist_dir and self._drops_an_output(p, ruled, gives):
-            # its directory at home would name a file that is not there: the engine's cache check
-            # would take the node as done, and its consumers fail on every rerun
+        asked = priority == CHECKPOINT and any(mode is not None and mode.flushes for _, _, mode in ruled)
+        if asked:  # a file a rule sends home is the user's to read there: never in a pack, never given up
+            priority = KEPT
+        # auto's own choice of the directory gives way to such a file (a rerun recomputes the
+        # node); and no directory goes home without a file its outputs name: the engine's cache
+        # check would take the node as done, and its consumers would fail on every rerun
+        if node.checkpoint and (asked or (not node.spec.persist_dir and self._drops_an_output(p, ruled, gives))):
             node.checkpoint = False
             self.run.checkpoints.abandoned(key)
-        if priority == CHECKPOINT and any(mode is not None and mode.flushes for _, _, mode in ruled):
-            # a file a rule sends home is the user's to read there: never in a pack, never given
-            # up; auto's own choice of the directory gives way to it (a rerun recomputes the node)
-            priority = KEPT
-            if node.checkpoint:
-                node.checkpoint = False
-                self.run.checkpoints.abandoned(key)
         default = Mode.COPY if node.checkpoint else Mode.REMOVE
         files = [(src, copy_dir / rel) for src, rel, mode in ruled if (mode or default).flushes]
         all_files = len(ruled)
