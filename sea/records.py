@@ -92,7 +92,7 @@ class Records:
             key, entries, made_under = item
             try:
                 if self._out is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self.path.parent.mkdir(exist_ok=True)  # never the home itself: moved away, it stays so
                     self._out = tarfile.open(self._tmp, "w", format=tarfile.PAX_FORMAT)
                 for name, data, mode, mtime_ns in entries:
                     _add(self._out, name, data, mode, mtime_ns, key, made_under)

@@ -159,6 +159,7 @@ def build_full(data_dir: Path, subjects: list[str], base_dir: Path, out_dir: Pat
     wf.connect(sc, "out_file", join, "in_files")
     wf.connect(join, "out_file", group_sink, "@mean")
     if fail:
+        wf.config["execution"]["crashdump_dir"] = str(base_dir)  # not the current directory (a user's clone)
         bad = fn("explode", explode, ["in_file"], ["out_file"])
         wf.connect(join, "out_file", bad, "in_file")
     if big_mib:

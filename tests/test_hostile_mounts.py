@@ -120,6 +120,25 @@ def test_a_tier_lost_mid_run_ends_it_in_one_line_and_the_same_command_resumes(di
     assert (disk_dir / "sea.txt").read_text() == (disk_dir / "mp.txt").read_text() == "8"
 
 
+def test_the_records_of_nodes_that_ended_as_the_home_moved_make_no_new_home(tmp_path):
+    """The nodes' result records (sea.records) are written as directories leave their tiers: a node
+    that ends just after the user moved the work directory must not make a new one in its place
+    (it did: the records' writer made ``.sea`` with its parents, under load in the test above)."""
+    from sea.records import Records
+
+    home, node = tmp_path / "work", tmp_path / "tier" / "wf" / "a"
+    node.mkdir(parents=True)
+    (node / "result_a.pklz").write_bytes(b"pickled")
+    (home / ".sea").mkdir(parents=True)
+    records = Records(home, lambda d: [d / "result_a.pklz"])
+    (home / ".sea").rmdir()
+    home.rename(tmp_path / "work.old")
+    records.keep("wf/a", node)
+    records.close(keys={"wf/a"})
+    assert not home.exists(), "the records made a new home in place of the one moved away"
+    assert records.failed
+
+
 @pytest.mark.parametrize("checkpoints", ["auto", "all"])
 def test_the_home_moved_mid_run_ends_it_in_one_line_and_moved_back_the_same_command_resumes(disk_dir, shm_dir, checkpoints):
     """A user renames the work directory (``mv work work.old``) while the run goes on (MultiProc, in

@@ -111,6 +111,7 @@ def test_a_mapnode_whose_inputs_cannot_be_split_fails_the_run(disk_dir, shm_dir)
     def workflow(base):
         wf = Workflow("split", base_dir=str(base))
         wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.config["execution"]["crashdump_dir"] = str(base)  # not the current directory (a user's clone)
         m = MapNode(Function(input_names=["a", "b"], output_names=["out"], function=add), iterfield=["a", "b"], name="m")
         m.inputs.a, m.inputs.b = [1, 2, 3], [1, 2]
         wf.connect(m, "out", Node(Function(input_names=["x"], output_names=["out"], function=same), name="after"), "x")
