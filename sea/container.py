@@ -11,8 +11,9 @@ all but home-only. :func:`advice` is that one line (or ``None`` when nothing is 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 from .durable import device, mount_table
 from .memory import RAM_FILESYSTEMS

@@ -34,7 +34,12 @@ HOST_SHM = RamMount(12 << 30, "tmpfs")
         ("podman", {"SLURM_TMPDIR": "/l/job1"}, {"/l/job1": None, "/dev/shm": PODMAN_SHM}, None),  # a disk tier passed in
         ("podman", {}, {"/dev/shm": PODMAN_SHM}, ["/dev/shm is a 62.5 MiB tmpfs, the container's own", "nodes that do not fit there"]),
         ("docker", {}, {}, ["(docker): no node-local tier usable", "nodes run in the work directory"]),
-        ("apptainer", {"SLURM_JOB_ID": "7"}, {"/dev/shm": HOST_SHM}, ["/dev/shm is a tier", "$SLURM_TMPDIR was not passed in", "goes unused"]),
+        (
+            "apptainer",
+            {"SLURM_JOB_ID": "7"},
+            {"/dev/shm": HOST_SHM},
+            ["/dev/shm is a tier", "$SLURM_TMPDIR was not passed in", "goes unused"],
+        ),
         ("apptainer", {"TMPDIR": "/tmp"}, {"/tmp": RamMount(64 * MiB, "tmpfs")}, ["/tmp is a 64.0 MiB tmpfs, the container's own"]),
         ("podman", {}, {"/dev/shm": RamMount(SMALL_RAM, "shm")}, None),  # --shm-size=1g: the user's choice
     ],
