@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -116,8 +117,8 @@ def test_discovery_in_a_container_says_it_once(tmpfs_factory, disk_dir, monkeypa
 ROOT = Path(__file__).parents[1]
 CACHE = Path("/var/tmp/sea-test-containers")  # Podman's storage (overlay) and the engine image, kept between runs
 RECIPE = Path(__file__).parent / "container"
-DEBIAN = ["mmdebstrap", "--variant=apt", "--include=python3,python3-venv", "--dpkg-opt=path-exclude=/usr/share/doc/*",
-          "--dpkg-opt=path-exclude=/usr/share/man/*", "--dpkg-opt=path-exclude=/usr/share/locale/*", "bookworm"]  # fmt: skip
+DEBIAN = ["mmdebstrap", "--variant=apt", "--include=python3,python3-venv", "--dpkgopt=path-exclude=/usr/share/doc/*",
+          "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/locale/*", "bookworm"]  # fmt: skip
 # Podman as root on this machine: its own storage under CACHE; runc, since crun refuses the
 # hybrid cgroup hierarchy found here; the limits the machine lets a container have (Podman's
 # defaults are above this machine's hard limits, which root may not raise here); the host's network
@@ -185,12 +186,19 @@ def engine_image():
         context.mkdir()
         (context / "Containerfile").write_text((RECIPE / "engine.Containerfile").read_text().replace(":KEY", f":{key}"))
         shutil.copy(RECIPE / "fmriprep", context / "fmriprep")
-        podman("build", *RUN_OPTIONS, "-t", tag, str(context), timeout=1800)
+        bundle = os.environ.get("PIP_CERT") or ssl.get_default_verify_paths().cafile or certifi_bundle()
+        podman("build", *RUN_OPTIONS, f"--volume={bundle}:/etc/ssl/host-ca.crt:ro", "--build-arg=PIP_CERT=/etc/ssl/host-ca.crt", "-t", tag, str(context), timeout=1800)
         FIGURES["engine image built in"] = f"{time.monotonic() - start:.0f} s"
     size = podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip()
     FIGURES["engine image"] = f"{tag}, {int(size) / 2**20:.0f} MiB"
     yield tag
     print("\n".join(f"{what}: {figure}" for what, figure in FIGURES.items()))
+
+
+def certifi_bundle() -> str:
+    import certifi  # pip's own bundle, when Python has no default one
+
+    return certifi.where()
 
 
 def make_study(root: Path) -> tuple[Path, Path]:
