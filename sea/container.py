@@ -92,7 +92,7 @@ def advice(where: str | None, env: Mapping[str, str], found: Mapping[str, RamMou
     if forgotten:
         said.append("$SLURM_JOB_ID is set but $SLURM_TMPDIR was not passed in")
     if not found:
-        outcome = "nodes run in the work directory on the shared filesystem"
+        outcome = "this run is home-only, every node runs in the work directory on the shared filesystem"
     elif len(small) == len(found):
         outcome = "the nodes that do not fit there run in the work directory on the shared filesystem"
     else:

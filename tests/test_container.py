@@ -44,7 +44,7 @@ HOST_SHM = RamMount(12 << 30, "tmpfs")
         ("podman", {}, {"/dev/shm": HOST_SHM}, None),  # the host's /dev/shm bound: nothing amiss
         ("podman", {"SLURM_TMPDIR": "/l/job1"}, {"/l/job1": None, "/dev/shm": PODMAN_SHM}, None),  # a disk tier passed in
         ("podman", {}, {"/dev/shm": PODMAN_SHM}, ["/dev/shm is a 62.5 MiB tmpfs, the container's own", "nodes that do not fit there"]),
-        ("docker", {}, {}, ["(docker): no node-local tier usable", "nodes run in the work directory"]),
+        ("docker", {}, {}, ["(docker): no node-local tier usable", "this run is home-only, every node runs in the work directory"]),
         (
             "apptainer",
             {"SLURM_JOB_ID": "7"},
