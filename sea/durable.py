@@ -72,6 +72,7 @@ class Mount(NamedTuple):
     mountpoint: str
     fstype: str
     options: tuple[str, ...]  # the filesystem's own (super) options
+    source: str = ""  # what is mounted, as the mount names it ("shm": Docker's and Podman's own /dev/shm)
 
 
 def mount_table(mountinfo: str | None = None) -> list[Mount]:
@@ -86,7 +87,8 @@ def mount_table(mountinfo: str | None = None) -> list[Mount]:
         sep = fields.index("-")
         major, minor = fields[2].split(":")
         options = tuple(fields[sep + 3].split(",")) if len(fields) > sep + 3 else ()
-        mounts.append(Mount(os.makedev(int(major), int(minor)), _unescape(fields[3]), _unescape(fields[4]), fields[sep + 1], options))
+        source = _unescape(fields[sep + 2]) if len(fields) > sep + 2 else ""
+        mounts.append(Mount(os.makedev(int(major), int(minor)), _unescape(fields[3]), _unescape(fields[4]), fields[sep + 1], options, source))
     return mounts
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from . import container
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .durable import device
 from .memory import MemoryBudget, is_ram_backed
@@ -332,7 +333,9 @@ def remove_dead_private_dirs(root: Path) -> tuple[list[Path], list[Path]]:
 def discover_tiers(home: Path) -> list[TierSpec]:
     """``$SLURM_TMPDIR``, ``$TMPDIR``, ``/dev/shm``: those that exist, are writable and are not the
     home's filesystem. What was chosen is said once, and why a set one was left out (a warning: a
-    ``$SLURM_TMPDIR`` that does not exist, a ``$TMPDIR`` on the shared filesystem)."""
+    ``$SLURM_TMPDIR`` that does not exist, a ``$TMPDIR`` on the shared filesystem). Inside a
+    container, a line saying what to bind when what it sees is the container's own or nothing
+    (:mod:`sea.container`)."""
     home_dev = device(home)
     found, devices, skipped = [], {}, []
     for candidate in DISCOVERY_ORDER:
@@ -354,7 +357,11 @@ def discover_tiers(home: Path) -> list[TierSpec]:
             devices[dev] = path
             found.append(TierSpec(path=path))
     chosen = ", ".join(spec.path for spec in found)
-    if not found:
+    where = container.runtime()
+    said = container.advice(where, os.environ, {spec.path: container.ram_mount(spec.path) for spec in found}, skipped) if where else None
+    if said is not None:
+        logger.warning("%s", said)  # instead of the lines below: what was found, and what to bind
+    elif not found:
         logger.warning(
             "[Sea] no node-local tier usable ($SLURM_TMPDIR, $TMPDIR, /dev/shm%s): this run is home-only, every node runs in the "
             "work directory on the shared filesystem, as under the engine's own plugin; list tiers in the configuration",

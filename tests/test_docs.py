@@ -79,7 +79,23 @@ COVERAGE = [
     ("test_how_it_works_diagram_is_the_home_after_a_run", "how-it-works.md", "text", ""),
     ("test_progress_capture_is_what_a_terminal_shows", "quickstart.md", "text", r"\[Sea\] "),
     ("test_the_documentation_builds_without_a_warning", "index.md", "{toctree}", ""),
+    # containers.md runs in a real Podman (tests/test_container.py, slow)
+    ("test_container.py::test_derived_image_runs_the_pipeline_as_multiproc_does", "containers.md", "bash", r"# on the host, in a clone of this repository: Sea as one wheel|docker run --rm -v /dev/shm"),
+    ("test_container.py::test_derived_image_runs_the_pipeline_as_multiproc_does", "containers.md", "dockerfile", ""),
+    ("test_container.py::test_derived_image_runs_the_pipeline_as_multiproc_does", "containers.md", "yaml", ""),
+    ("test_container.py::test_derived_image_runs_the_pipeline_as_multiproc_does", "containers.md", "text", r"\[Sea\] inside a container"),
+    ("test_container.py::test_apptainer_recipe_installs_what_the_dockerfile_installs", "containers.md", "singularity", ""),
+    ("test_container.py::test_apptainer_recipe_installs_what_the_dockerfile_installs", "containers.md", "bash", r"apptainer run "),
+    ("test_container.py::test_without_rebuilding_sea_is_bound_into_the_engine_image", "containers.md", "bash", r"# on the host, in a clone of this repository: Sea \(no|docker run --rm -v ~/sea-in-container"),
 ]
+
+
+def defined(test: str) -> bool:
+    """A test of this module, or one of another named as ``test_x.py::test_name``."""
+    import importlib
+
+    module, _, name = test.rpartition("::")
+    return callable(vars(importlib.import_module(Path(module).stem) if module else sys.modules[__name__]).get(name))
 
 
 def rows_matching(block: Block) -> list[str]:
@@ -112,7 +128,7 @@ def test_every_doc_block_is_handled():
     ]
     assert not unhandled, "blocks handled by no test (or by two): add a row to COVERAGE and a test\n" + "\n".join(unhandled)
     for test, *rule in COVERAGE:
-        assert callable(globals().get(test)), f"COVERAGE names {test}, which this module does not define"
+        assert defined(test), f"COVERAGE names {test}, which is not defined"
         assert any(rows_matching(b) == [test] for b in DOC_BLOCKS), f"no block left for {test} {rule}: remove the row"
 
 
@@ -622,7 +638,9 @@ def test_the_documentation_builds_without_a_warning(tmp_path):
 def test_every_install_line_installs_this_clone_with_extras_it_has():
     """No package is published under the name sea-workflows yet: a line installing it from an index
     fails for everyone (issue 35). Every ``pip install`` in the README and the docs installs the
-    clone (``.``) with extras setup.cfg defines; README command 2 runs one of them for real."""
+    clone (``.``) with extras setup.cfg defines, or the clone's wheel (containers.md: a wheel built
+    with ``pip wheel`` from the clone, installed into a container image); README command 2 runs one
+    of them for real."""
     import configparser
 
     config = configparser.ConfigParser()
@@ -630,8 +648,10 @@ def test_every_install_line_installs_this_clone_with_extras_it_has():
     extras = set(config["options.extras_require"])
     lines = 0
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for target in re.findall(r"pip install (?:-\S+ )*'?([^\s'`]+)'?", page.read_text()):
+        for target in re.findall(r"pip install (?:--target \S+ |-\S+ )*'?([^\s'`]+)'?", page.read_text()):
             lines += 1
+            if re.fullmatch(r"(?:\S*/)?sea_workflows-\*\.whl", target):
+                continue  # the clone's wheel
             named = re.fullmatch(r"\.(?:\[([\w,-]+)\])?", target)
             assert named, f"{page.name}: pip install {target}: install the clone, pip install '.[...]'"
             assert set(filter(None, (named.group(1) or "").split(","))) <= extras, f"{page.name}: {target}: extras are {sorted(extras)}"
