@@ -122,7 +122,10 @@ def _stale(path: Path, holder: dict) -> bool:
         if holder["pid"] == os.getpid():
             return True
         try:
-            return psutil.Process(holder["pid"]).create_time() > holder.get("created", 0) + 1  # a younger process, the PID reused
+            process = psutil.Process(holder["pid"])
+            # a younger process (the PID reused), or the run killed and not yet reaped by its parent
+            # (a zombie: `timeout -s KILL` leaves one for a second or two)
+            return process.create_time() > holder.get("created", 0) + 1 or process.status() == psutil.STATUS_ZOMBIE
         except psutil.Error:
             return True
     try:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sea.lock import LOCK, STALE_AFTER, SeaRunLocked
@@ -70,6 +71,27 @@ def tiny(work: Path):
     node.inputs.x = 1
     wf.add_nodes([node])
     return wf
+
+
+def test_a_lock_whose_holder_was_killed_and_not_yet_reaped_is_taken_over(disk_dir, shm_dir, caplog):
+    """A run killed by SIGKILL is a zombie until its parent reaps it (``timeout -s KILL`` leaves one
+    for a second or two): the rerun right after it resumes, as MultiProc's does, not refused as if
+    the killed run were still going."""
+    work = disk_dir / "work"
+    (work / LOCK).parent.mkdir(parents=True)
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        created = psutil.Process(killed.pid).create_time()
+        (work / LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": killed.pid, "started": created, "created": created}))
+        killed.kill()
+        deadline = time.monotonic() + 10
+        while psutil.Process(killed.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.Process(killed.pid).status() == psutil.STATUS_ZOMBIE  # not reaped: no wait() yet
+        run(tiny(work), "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
+        assert "left by a run that is gone" in caplog.text and not (work / LOCK).exists()
+    finally:
+        killed.wait()
 
 
 def test_a_lock_whose_holder_is_gone_is_taken_over(disk_dir, shm_dir, caplog):
