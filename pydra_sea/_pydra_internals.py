@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import time
 import typing as ty
 from importlib import metadata
@@ -196,12 +197,20 @@ def remove_side_files(job, root: Path) -> None:
         Path(root, name).unlink(missing_ok=True)
 
 
+# the side files Pydra makes beside job directories, by name: a job's ``<uid>_info.json`` (``uuid4().hex``),
+# its directory's lock ``<checksum>.lock`` (``<kind>-<32 hex digits>``) and its result's ``<checksum>_save.lock``;
+# in the hash cache, ``<blake2b hex digest>.lock``. A task may write files of its own beside its
+# directory (``../run.lock``, ``../subject_info.json``): never taken for Pydra's
+JOB_SIDE_FILE = re.compile(r"[0-9a-f]{32}_info\.json|[A-Za-z_]+-[0-9a-f]{32}(_save)?\.lock")
+HASH_LOCK = re.compile(r"[0-9a-f]{128}\.lock")
+
+
 def remove_stray_side_files(root: Path) -> None:
-    """Every job side file (``<uid>_info.json``, ``<checksum>.lock``, ``<checksum>_save.lock``)
-    directly in ``root``, a directory only Sea's job directories live in, once no job runs there."""
-    for pattern in ("*_info.json", "*.lock"):
-        for path in Path(root).glob(pattern):
-            path.unlink(missing_ok=True)
+    """Pydra's job side files (:data:`JOB_SIDE_FILE`) directly in ``root``, a tier's cache root,
+    once no job runs there; a job's own files beside its directory stay (strays, taken home)."""
+    for entry in os.scandir(root):
+        if JOB_SIDE_FILE.fullmatch(entry.name) and not entry.is_dir(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)
 
 
 def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Path]:
@@ -215,14 +224,14 @@ def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Pa
     from pydra.utils.hash import PersistentCache
 
     removed, before = [], time.time()
-    for root in (Path(home), Path(PersistentCache.location_default())):
+    for root, named in ((Path(home), JOB_SIDE_FILE), (Path(PersistentCache.location_default()), HASH_LOCK)):
         try:
             entries = list(os.scandir(root))
         except OSError:
             continue
         for entry in entries:
-            if not entry.name.endswith(".lock"):
-                continue
+            if not entry.name.endswith(".lock") or not named.fullmatch(entry.name):
+                continue  # a job's own marker beside its directory (``touch ../stage1.lock``) is not Pydra's
             try:
                 st = entry.stat(follow_symlinks=False)
                 if entry.is_file(follow_symlinks=False) and st.st_size == 0 and since <= st.st_mtime <= before:

@@ -62,6 +62,7 @@ class Probe(cf.ConcurrentFuturesWorker):
                 "succs": [s.name for s in px_.successors(graph, node)] if node else None,
                 "outputs": px_.output_node_names(self.workflows[-1]),
                 "consumed": px_.consumed_outputs(graph, node) if node else None,
+                "side_files": [job.lockfile.name, f"{job.uid}_info.json", job.cache_dir.name + "_save.lock"],
             }
         )
         job.cache_root = job.cache_root  # public and settable
@@ -104,6 +105,37 @@ def test_a_worker_sees_the_graph_through_the_workflow_job(tmp_path):
     assert all(r["outputs"] == {"second"} for r in worker.seen)
     assert by_node["first"][0]["consumed"] == {"out": (int,)}, "the successors' inputs no longer name their producer's fields"
     assert by_node["second"][0]["consumed"] == {}
+
+
+def test_pydras_side_files_are_known_by_name_and_a_tasks_own_are_left(tmp_path):
+    """Sea removes the side files Pydra leaves beside job directories (a stopped run's, an empty lock
+    of a killed one's) by their names: Pydra's own names must match, and files a task wrote beside
+    its directory that merely end alike (``../run.lock``, ``../subject_info.json``) never do."""
+    import logging
+    import time
+
+    from pydra.utils.hash import PersistentCache
+
+    worker = Probe(n_procs=1)
+    with Submitter(worker=worker, cache_root=tmp_path / "cache") as sub:
+        sub(Pair(xs=[1]))
+    names = [name for record in worker.seen for name in record["side_files"]]
+    assert names and all(px_.JOB_SIDE_FILE.fullmatch(name) for name in names), names
+    hashes, seen = PersistentCache(location=tmp_path / "hashes"), []
+    hashes.get_or_calculate_hash(("key",), lambda: seen.extend(os.listdir(tmp_path / "hashes")) or b"hash")
+    assert len(seen) == 1 and px_.HASH_LOCK.fullmatch(seen[0]), seen
+
+    root, since = tmp_path / "tier", time.time() - 1
+    root.mkdir()
+    theirs = ["run.lock", "stage1.lock", "subject_info.json", "notes.lock"]
+    for name in [*names, *theirs]:
+        (root / name).touch()
+    px_.remove_stray_side_files(root)
+    assert sorted(os.listdir(root)) == sorted(theirs)
+    for name in names[:1]:
+        (root / name).touch()
+    px_.remove_empty_locks(root, since, logging.getLogger("test"))
+    assert sorted(os.listdir(root)) == sorted(theirs)
 
 
 def test_the_mount_table_cache_is_where_we_drop_it():
