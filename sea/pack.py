@@ -129,7 +129,7 @@ def unpack(pack: Path | bytes, target: Path) -> list[str]:
     """Unpack ``pack`` (a file, or a pack in memory) into the directory ``target`` (made if
     missing), with each file's exact times; returns the directories its files were made under
     (``SEA.made_under``). Members that would land outside ``target`` are refused
-    (:func:`tarfile.tar_filter`)."""
+    (:func:`tarfile.tar_filter`); their permissions are those they were packed with (:func:`_kept_modes`)."""
     import io
 
     target = Path(target)
@@ -137,13 +137,23 @@ def unpack(pack: Path | bytes, target: Path) -> list[str]:
     with tarfile.open(fileobj=io.BytesIO(pack), mode="r:") if isinstance(pack, bytes) else tarfile.open(pack, "r:") as tar:
         tar.copybufsize = 4 * 2**20
         members = tar.getmembers()
-        tar.extractall(target, members=members, filter="tar")
+        tar.extractall(target, members=members, filter=_kept_modes)
         made_under = json.loads(tar.pax_headers.get(MADE_UNDER, "[]"))
     for member in sorted(members, key=lambda m: m.isdir()):  # directories last: writing into one changes its time
         ns = member.pax_headers.get(MTIME_NS)
         if ns is not None:
             os.utime(target / member.name, ns=(int(ns), int(ns)), follow_symlinks=False)
     return [str(p) for p in made_under]
+
+
+def _kept_modes(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """:func:`tarfile.tar_filter` (nothing lands outside ``dest``), but the permissions the file had,
+    group and other write and the sticky bit included, as the engine's own plugin leaves them (the
+    filter clears those); setuid and setgid are still dropped."""
+    checked = tarfile.tar_filter(member, dest)
+    if member.mode is None or checked.mode is None:
+        return checked
+    return checked.replace(mode=member.mode & 0o1777, deep=False)
 
 
 def pack_bytes(members: Iterable[tuple[Path, str]], made_under: Iterable[str] = ()) -> bytes:

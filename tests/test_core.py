@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -334,3 +335,24 @@ def test_a_pack_the_rerun_plan_counts_on_is_no_other_packs_room_before_it_is_unp
     for key in ("wf/a3", "wf/b2", "wf/b3"):
         finish(rerun, key)
     assert rerun.close().success
+
+
+def test_a_pack_unpacks_with_the_permissions_its_files_had(tmp_path):
+    """A checkpoint unpacked for a rerun: its files keep the modes they were made with (a umask 002
+    lab's 0664, a sticky empty directory), as the directory the engine's own plugin leaves does;
+    tarfile's "tar" filter alone clears group and other write (adversarial pass 5, H7)."""
+    from sea.pack import PackSource, directory_members, unpack
+
+    made = tmp_path / "made"
+    (made / "shared").mkdir(parents=True)
+    (made / "empty").mkdir()
+    (made / "b.txt").write_text("b")
+    (made / "shared" / "c.txt").write_text("c")
+    modes = {"b.txt": 0o664, "shared/c.txt": 0o666, "empty": 0o1777}
+    for name, mode in modes.items():
+        os.chmod(made / name, mode)
+    pack = tmp_path / "node.tar"
+    with open(pack, "wb") as fh:
+        PackSource(directory_members(made)).write(fh.fileno())
+    unpack(pack, tmp_path / "back")
+    assert {name: stat.S_IMODE(os.lstat(tmp_path / "back" / name).st_mode) for name in modes} == modes
