@@ -164,6 +164,9 @@ def open_to_read(path: Path) -> int:
     return fd
 
 
+OVERLAY_XATTRS = ("trusted.overlay.", "user.overlay.")
+
+
 def _copy_xattrs(fin: int, fout: int) -> None:
     """As ``shutil.copystat`` does: a filesystem without them, or a name not allowed here, is skipped."""
     ignored = (errno.EPERM, errno.ENOTSUP, errno.ENODATA, errno.EINVAL, errno.EACCES)
@@ -174,6 +177,8 @@ def _copy_xattrs(fin: int, fout: int) -> None:
             raise
         return
     for name in names:
+        if name.startswith(OVERLAY_XATTRS):
+            continue  # an overlay's own (sea.view's upper layer), never the file's
         try:
             os.setxattr(fout, name, os.getxattr(fin, name))
         except OSError as exc:

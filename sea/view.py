@@ -29,12 +29,15 @@ import ctypes
 import errno
 import logging
 import os
+import secrets
 import shutil
 import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .stager import stage_copy, temporary_name
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
@@ -181,10 +184,16 @@ class View:
             yield
         finally:
             try:
-                if str(at) in mounted:
-                    self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started)
+                failed = self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started) if str(at) in mounted else []
             except OSError as e:  # never left mounted for the next node of this process
-                logging.getLogger("sea").warning("[Sea] %s: what it wrote outside its directory could not all be kept (%s)", self.logical, e)
+                failed = [f"{upper}: {e.strerror or e}"]
+            if failed:
+                logging.getLogger("sea").warning(
+                    "[Sea] %s: %d of the entries it wrote outside its directory could not be kept (%s)",
+                    self.logical,
+                    len(failed),
+                    "; ".join(failed[:3]),
+                )
             os.close(source)
             os.close(real_at)
             for target in reversed(mounted):
@@ -192,49 +201,64 @@ class View:
             with contextlib.suppress(OSError):
                 scratch.rmdir()
 
-
-    def _keep_writes_outside(self, upper: Path, real_at: str, started: int) -> None:
+    def _keep_writes_outside(self, upper: Path, real_at: str, started: int) -> list[str]:
         """What the node did in the view outside its own directory (wrote ``../shared.txt``,
         removed or renamed a file beside it, replaced a link or a directory) went to the overlay's
         upper layer: done again where it would be without Sea (a producer's directory on its tier,
         else the home), entry by entry, before the layer goes. A removal is done only to what has
         not changed since the node started (``started``, ns): another node may have made it again
         meanwhile, as it would have under the engine's own plugin. A link there is replaced, never
-        followed."""
+        followed; a file is written beside its name and renamed over it (a hard link of the old one
+        elsewhere keeps its bytes), as what it is (a named pipe is made, never opened; holes and hard
+        links between the entries kept); the overlay's own attributes stay behind. One entry that
+        cannot be kept does not stop the others: returns what could not be, one line each."""
         own = self.logical.relative_to(self.at).parts
         skeleton = {os.path.join(*own[:i]) for i in range(1, len(own) + 1)}
+        linked: dict[tuple[int, int], str] = {}  # (dev, ino) in the upper layer -> where it was put
+        failed = []
         for dirpath, dirs, files in os.walk(upper):
             rel_dir = os.path.relpath(dirpath, upper)
             for name in list(dirs) + files:
                 rel = os.path.normpath(os.path.join(rel_dir, name))
                 if rel in skeleton:
                     continue  # the way to the node's own directory (bound: nothing of it is here)
-                src = os.path.join(dirpath, name)
-                st = os.lstat(src)
-                where = self.to_physical(str(self.at / rel))
-                dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
                 try:
-                    there = os.lstat(dst)
-                except FileNotFoundError:
-                    there = None
-                whiteout = _is_whiteout(st)
-                if there is not None and (whiteout or (stat.S_ISDIR(st.st_mode) and _is_opaque(src)) or _replaced(st, there)):
-                    # the node removed it, or made something else of that name; but what another
-                    # made or changed since this node started stays (a link never does: not followed)
-                    if not (there.st_ctime_ns >= started and (whiteout or stat.S_ISDIR(there.st_mode))):
-                        _remove(dst)
-                if whiteout:
-                    continue
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                if stat.S_ISDIR(st.st_mode):
-                    os.makedirs(dst, exist_ok=True)  # its entries follow, one by one
-                    shutil.copystat(src, dst, follow_symlinks=False)
-                elif stat.S_ISLNK(st.st_mode):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(dst)
-                    os.symlink(os.readlink(src), dst)
-                else:
-                    shutil.copy2(src, dst, follow_symlinks=False)  # dst is no link: removed above if it was
+                    self._keep_one(os.path.join(dirpath, name), rel, real_at, started, linked)
+                except OSError as e:
+                    failed.append(f"{rel}: {e.strerror or e}")
+        return failed
+
+    def _keep_one(self, src: str, rel: str, real_at: str, started: int, linked: dict[tuple[int, int], str]) -> None:
+        """One entry of :meth:`_keep_writes_outside`."""
+        st = os.lstat(src)
+        where = self.to_physical(str(self.at / rel))
+        dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
+        try:
+            there = os.lstat(dst)
+        except FileNotFoundError:
+            there = None
+        whiteout = _is_whiteout(st)
+        if there is not None and (whiteout or (stat.S_ISDIR(st.st_mode) and _is_opaque(src)) or _replaced(st, there)):
+            # the node removed it, or made something else of that name; but what another
+            # made or changed since this node started stays (a link never does: not followed)
+            if not (there.st_ctime_ns >= started and (whiteout or stat.S_ISDIR(there.st_mode))):
+                _remove(dst)
+        if whiteout:
+            return
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if stat.S_ISDIR(st.st_mode):
+            os.makedirs(dst, exist_ok=True)  # its entries follow, one by one
+            os.chmod(dst, stat.S_IMODE(st.st_mode))
+            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
+            tmp = os.path.join(os.path.dirname(dst), temporary_name(os.path.basename(dst), secrets.token_hex(4)))
+            os.link(linked[st.st_dev, st.st_ino], tmp)  # another name of a file it made: one file, as it made it
+        else:
+            tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)  # a link as a link, a pipe made, holes kept
+        os.replace(tmp, dst)  # dst is no directory here: removed above if it was
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            linked.setdefault((st.st_dev, st.st_ino), dst)
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
@@ -270,4 +294,3 @@ def _replaced(upper: os.stat_result, there: os.stat_result) -> bool:
 def _within(path: str, directory: Path) -> bool:
     d = str(directory)
     return path == d or path.startswith(d + "/")
-

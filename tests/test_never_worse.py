@@ -908,6 +908,61 @@ def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renam
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
+def _makes_odd_things_beside(x):
+    import os
+
+    os.mkfifo("../pipe")  # a named pipe: never opened by Sea, so it cannot hang (and was the end of the rest)
+    with open("../sparse.bin", "wb") as f:
+        f.truncate(64 * 2**20)  # a hole: no block
+    with open("../one.txt", "w") as f:
+        f.write("one")
+    os.link("../one.txt", "../two.txt")  # two names, one file
+    with open("../config.new", "w") as f:
+        f.write("v2")
+    os.replace("../config.new", "../config.txt")  # a new file under the old name: a snapshot's link to the old keeps it
+    with open("../zz_after.txt", "w") as f:
+        f.write("after")  # made after the pipe: the replay went no further than it
+    return x
+
+
+def test_what_a_node_makes_beside_its_directory_is_kept_as_what_it_is(disk_dir, shm_dir):
+    """The fifth adversarial pass: in the view, the replay of what a node wrote beside its directory
+    stopped at the first named pipe (everything after it lost), read devices, wrote sparse files
+    dense, split hard links, wrote a replaced file's bytes into the old file (a snapshot hard-linked
+    to it changed too: MultiProc's stays as it was), and copied the overlay's own attributes onto the
+    home's entries. Now each entry is kept as MultiProc keeps it."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf_dir = disk_dir / plugin / "odd"
+        wf_dir.mkdir(parents=True)
+        (wf_dir / "config.txt").write_text("v1")
+        (disk_dir / plugin / "snapshot.txt").hardlink_to(wf_dir / "config.txt")  # as cp -al or rsync --link-dest leave
+        wf = Workflow(name="odd", base_dir=str(disk_dir / plugin))
+        node = Node(Function(input_names=["x"], output_names=["x"], function=_makes_odd_things_beside), name="node")
+        node.inputs.x = 1
+        wf.add_nodes([node])
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
+        one, two = (wf_dir / "one.txt").stat(), (wf_dir / "two.txt").stat()
+        xattrs = {name for entry in wf_dir.iterdir() for name in os.listxattr(entry, follow_symlinks=False) if "overlay" in name}
+        seen[plugin] = {
+            "pipe": stat.S_ISFIFO((wf_dir / "pipe").lstat().st_mode),
+            "sparse blocks": (wf_dir / "sparse.bin").stat().st_blocks,
+            "sparse size": (wf_dir / "sparse.bin").stat().st_size,
+            "one file": (one.st_ino, one.st_nlink) == (two.st_ino, 2),
+            "config": (wf_dir / "config.txt").read_text(),
+            "snapshot": (disk_dir / plugin / "snapshot.txt").read_text(),
+            "after": (wf_dir / "zz_after.txt").read_text(),
+            "overlay xattrs": xattrs,
+        }
+    assert seen["SeaMultiProc"] == seen["MultiProc"] == {
+        "pipe": True, "sparse blocks": 0, "sparse size": 64 * 2**20, "one file": True, "config": "v2", "snapshot": "v1",
+        "after": "after", "overlay xattrs": set(),
+    }, seen  # fmt: skip
+    assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
+
+
 def test_a_job_whose_checksum_another_node_has_does_not_hang(tmp_path, shm_dir):
     """Two nodes of a Pydra workflow make jobs with the same checksums (the same task, the same
     inputs): Pydra submits one and waits for the other's result in its cache. Under ``sea`` the
