@@ -1067,6 +1067,7 @@ def _run_in_view(node, updatehash, taskid, view) -> dict | str:
         if _rewrite_inputs(node, view.to_logical):
             node._hashvalue = node._hashed_inputs = None  # taken again, with the paths the node sees
         node._output_dir = str(view.logical)
+        stack.enter_context(_bound_directory_not_removed_quietly(str(view.logical)))
         result = run_node(node, updatehash, taskid)
     _rewrite_results(Path(view.physical).glob("result_*.pklz"), view.to_physical)
     if result.get("result") is not None:
@@ -1075,6 +1076,26 @@ def _run_in_view(node, updatehash, taskid, view) -> dict | str:
         saved = Path(view.physical) / f"result_{node.name}.pklz"
         result["result"] = _loadpkl(saved) if saved.is_file() else _rewritten(result["result"], view.to_physical)
     return result
+
+
+@contextlib.contextmanager
+def _bound_directory_not_removed_quietly(directory: str):
+    """Nipype empties a node's directory before it runs it (``nipype.utils.filemanip.emptydirs``),
+    and removes the directory itself when it is already empty: in the view the directory is a bind
+    mount (``EBUSY``), and Nipype warns for every node "An exception was raised trying to remove old
+    <dir>, but the path seems empty. Is it an NFS mount?". Nothing is amiss (the directory is empty,
+    as Nipype wanted): that one warning, for that directory, is not shown."""
+    import logging
+
+    def shown(record: logging.LogRecord) -> bool:
+        return not (record.msg.startswith("An exception was raised trying to remove old") and record.args and record.args[0] == directory)
+
+    log = logging.getLogger("nipype.utils")
+    log.addFilter(shown)
+    try:
+        yield
+    finally:
+        log.removeFilter(shown)
 
 
 def _rewrite_inputs(node, rewrite, linked_too: bool = True) -> int:

@@ -162,6 +162,8 @@ class View:
         scratch = self.scratch / str(os.getpid())
         scratch.mkdir(parents=True, exist_ok=True)
         lowers = [root / below for root in self.roots if (root / below).is_dir()] + [at]
+        if _within(str(self.physical), self.home):  # a node placed in the home (no tier had room): its directory
+            self.physical.mkdir(parents=True, exist_ok=True)  # made now, as the engine would make it, to bind it
         source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
         real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
         mounted: list[str] = []

@@ -908,6 +908,50 @@ def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renam
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
+def _records_where_it_ran(in_file):
+    import os
+
+    with open("b.txt", "w") as f:
+        f.write(f"cwd={os.getcwd()} in={in_file}\n")  # as MRtrix3 and AFNI record their command line
+    return os.path.abspath("b.txt")
+
+
+def _makes_data(n):
+    import os
+
+    with open("data.txt", "w") as f:
+        f.write(f"a{n}\n")
+    return os.path.abspath("data.txt")
+
+
+def test_a_node_placed_in_the_home_keeps_the_view_for_the_others(disk_dir, shm_dir, capfd):
+    """The fifth adversarial pass: a node that no tier had room for (placed in the home) could not
+    be shown its view (its directory was not made yet), and the view was then off for every later
+    node of the run: their outputs recorded the tier's paths. And Nipype warned, for every node run
+    in the view, that it could not remove its (bound) directory "Is it an NFS mount?"."""
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataSink
+
+    recorded = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir), "capacity": "20MiB"}], "default_node_size": "32MiB"})):
+        base = disk_dir / "work"  # the same path each time: it is recorded
+        wf = Workflow(name="wf", base_dir=str(base))
+        a = Node(Function(input_names=["n"], output_names=["f"], function=_makes_data), name="a")
+        a.inputs.n = 1
+        b = Node(Function(input_names=["in_file"], output_names=["f"], function=_records_where_it_ran), name="b")
+        sink = Node(DataSink(base_directory=str(disk_dir / f"out-{plugin}")), name="sink")
+        wf.connect([(a, b, [("f", "in_file")]), (b, sink, [("f", "res")])])
+        wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
+        recorded[plugin] = (disk_dir / f"out-{plugin}" / "res" / "b.txt").read_text()
+        base.rename(disk_dir / f"work-{plugin}")
+    assert recorded["SeaMultiProc"] == recorded["MultiProc"] == f"cwd={disk_dir}/work/wf/b in={disk_dir}/work/wf/a/data.txt\n"
+    report = RunReport.from_json(disk_dir / "work-SeaMultiProc" / "sea-report.json")
+    assert report.success and report.paths_recorded == "", report.to_text()
+    placed = {t["name"].split(":")[0]: t["nodes_placed"] for t in json.loads((disk_dir / "work-SeaMultiProc" / "sea-report.json").read_text())["tiers"]}
+    assert placed["home"] >= 1 and placed["tier0"] >= 1, placed  # one in the home, one on the tier
+    assert "Is it an NFS mount" not in capfd.readouterr().out
+
+
 def _makes_odd_things_beside(x):
     import os
 

@@ -259,3 +259,23 @@ def test_a_node_keeps_the_hash_of_its_original_inputs_when_it_runs_on_copies(tmp
     assert result.outputs.line == "data\n"
     assert (tmp_path / "work" / "reader" / f"_0x{expected}.json").is_file(), "the node ran under another hash"
     assert configured(make()).is_cached()[0], "a run without the copy does not find the node done"
+
+
+def test_the_warning_of_an_empty_directory_nipype_cannot_remove_is_the_one_sea_leaves_unsaid(tmp_path):
+    """In the view a node's directory is a bind mount: Nipype's ``emptydirs`` cannot remove it and
+    warns (:func:`nipype_sea._nipype_internals._bound_directory_not_removed_quietly` hides that
+    one warning): the message and its logger must be Nipype's."""
+    import inspect
+    import logging
+
+    from nipype.utils import filemanip
+
+    from nipype_sea._nipype_internals import _bound_directory_not_removed_quietly
+
+    record = logging.LogRecord("nipype.utils", logging.WARNING, __file__, 0, "", (str(tmp_path),), None)
+    record.msg = "An exception was raised trying to remove old %s, but the path seems empty. Is it an NFS mount?. Passing the exception."
+    assert filemanip.fmlogger.name == "nipype.utils"
+    assert '"An exception was raised trying to remove old %s, but the path"' in inspect.getsource(filemanip.emptydirs)
+    with _bound_directory_not_removed_quietly(str(tmp_path)):
+        assert not filemanip.fmlogger.filter(record)
+    assert filemanip.fmlogger.filter(record)
