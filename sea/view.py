@@ -168,6 +168,7 @@ class View:
         real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
         mounted: list[str] = []
         started = time.time_ns()
+        sizes = _sizes_beside(self.logical.parent, at)  # of the files a node may append to, as it starts
         try:
             # the overlay's scratch: a file system of this namespace's own, so that no layer holds another
             _mount("tmpfs", str(scratch), "tmpfs", 0, "mode=700")
@@ -186,7 +187,7 @@ class View:
             yield
         finally:
             try:
-                failed = self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started) if str(at) in mounted else []
+                failed = self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started, sizes) if str(at) in mounted else []
             except OSError as e:  # never left mounted for the next node of this process
                 failed = [f"{upper}: {e.strerror or e}"]
             if failed:
@@ -203,7 +204,7 @@ class View:
             with contextlib.suppress(OSError):
                 scratch.rmdir()
 
-    def _keep_writes_outside(self, upper: Path, real_at: str, started: int) -> list[str]:
+    def _keep_writes_outside(self, upper: Path, real_at: str, started: int, sizes: dict[str, int]) -> list[str]:
         """What the node did in the view outside its own directory (wrote ``../shared.txt``,
         removed or renamed a file beside it, replaced a link or a directory) went to the overlay's
         upper layer: done again where it would be without Sea (a producer's directory on its tier,
@@ -225,13 +226,16 @@ class View:
                 if rel in skeleton:
                     continue  # the way to the node's own directory (bound: nothing of it is here)
                 try:
-                    self._keep_one(os.path.join(dirpath, name), rel, real_at, started, linked)
+                    self._keep_one(os.path.join(dirpath, name), rel, real_at, started, sizes, linked)
                 except OSError as e:
                     failed.append(f"{rel}: {e.strerror or e}")
         return failed
 
-    def _keep_one(self, src: str, rel: str, real_at: str, started: int, linked: dict[tuple[int, int], str]) -> None:
-        """One entry of :meth:`_keep_writes_outside`."""
+    def _keep_one(self, src: str, rel: str, real_at: str, started: int, sizes: dict[str, int], linked: dict[tuple[int, int], str]) -> None:
+        """One entry of :meth:`_keep_writes_outside`. A file beside the node's directory that
+        another node changed too while this one ran (both appended to ``../log.txt``): what this
+        node added after the bytes the file had when it started (``sizes``) is added to the other's;
+        if this node changed those bytes, the other's file stays and this is said."""
         st = os.lstat(src)
         where = self.to_physical(str(self.at / rel))
         dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
@@ -256,11 +260,44 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             tmp = os.path.join(os.path.dirname(dst), temporary_name(os.path.basename(dst), secrets.token_hex(4)))
             os.link(linked[st.st_dev, st.st_ino], tmp)  # another name of a file it made: one file, as it made it
+        elif stat.S_ISREG(st.st_mode) and there is not None and stat.S_ISREG(there.st_mode) and there.st_ctime_ns >= started:
+            tmp = _appended(src, dst, sizes.get(rel))  # changed by another node meanwhile
         else:
             tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)  # a link as a link, a pipe made, holes kept
         os.replace(tmp, dst)  # dst is no directory here: removed above if it was
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
+
+
+def _sizes_beside(directory: Path, at: Path) -> dict[str, int]:
+    """The sizes of the files in ``directory`` (the node directory's parent), by their paths
+    relative to ``at``: what a node appending to one of them found there."""
+    sizes = {}
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    sizes[os.path.relpath(entry.path, at)] = entry.stat(follow_symlinks=False).st_size
+    return sizes
+
+
+def _appended(mine: str, theirs: str, size: int | None) -> str:
+    """A temporary beside ``theirs`` holding ``theirs`` and what ``mine`` added to the first
+    ``size`` bytes both began with; ``OSError`` if ``mine`` changed those (not only appended)."""
+    chunk = 1 << 20
+    with open(mine, "rb") as a, open(theirs, "rb") as b:
+        done = 0
+        while size is not None and done < size:
+            left = min(chunk, size - done)
+            if (got := a.read(left)) != b.read(left) or len(got) < left:
+                size = None
+            done += left
+        if size is None:
+            raise OSError(errno.EBUSY, "another node changed it while this one changed it too: the other's is kept")
+        tmp, _, _ = stage_copy(Path(theirs), Path(theirs), sync=False)
+        with open(tmp, "ab") as out:
+            shutil.copyfileobj(a, out, chunk)  # what this node added, after the other's
+    return str(tmp)
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
