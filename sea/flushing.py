@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -394,18 +395,20 @@ class Flusher:
         Run once every node directory was evicted: what is left outside them is what they wrote."""
         run = self.run
         ours = {p for n in run.nodes.values() if n.placement is not None for p in (n.placement.physical, n.placement.staging_root) if p is not None}
+        linked: dict[tuple[int, int], Path] = {}  # a file with several names: where its first went
         for tier in run.hierarchy.fast_tiers:
             if tier.private is None or tier.private.closed:
                 continue
-            for rel in tier.private.files():
+            for rel in tier.private.files(empty_dirs=True):
                 src = tier.workdir / rel
-                if rel.split("/", 1)[0] in (VIEWS_DIR, STAGING_DIR, PREFETCH_DIR) or any(d in ours for d in src.parents):
+                if rel.split("/", 1)[0] in (VIEWS_DIR, STAGING_DIR, PREFETCH_DIR) or src in ours or any(d in ours for d in src.parents):
                     continue
                 if os.path.lexists(run.home / rel):  # the node, at its tier path, did not see it: it stays
-                    run.report.strays_left.append(rel)
+                    if not (src.is_dir() and (run.home / rel).is_dir()):  # an empty directory there already: as made
+                        run.report.strays_left.append(rel)
                 else:
                     try:
-                        atomic_copy(src, run.home / rel, guard=run.check_home)  # never a new home in place of one moved away
+                        _copy_or_link(src, run.home / rel, linked, guard=run.check_home)  # never a new home in place of one moved away
                         run.report.strays_home.append(rel)
                     except SeaHomeMoved:
                         return  # the run's end says so
@@ -486,3 +489,19 @@ def _literal_prefix(rule: Rule) -> str:
     else:
         match = re.match(r"[^*?\[]*", rule.pattern)
     return match.group(0) if match else ""
+
+
+def _copy_or_link(src: Path, dst: Path, linked: dict[tuple[int, int], Path], guard) -> None:
+    """``src`` to ``dst`` by the stager's atomic copy, or, for another name of a file already put
+    in the home (``linked``: by its device and inode on the tier), as a hard link to it there."""
+    st = os.lstat(src)
+    first = linked.get((st.st_dev, st.st_ino)) if stat.S_ISREG(st.st_mode) else None  # (its other names may be gone from the tier now)
+    if first is None or not dst.parent.is_dir():  # (a name in a directory not made yet: a copy)
+        atomic_copy(src, dst, guard=guard)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            linked.setdefault((st.st_dev, st.st_ino), dst)
+        return
+    guard()
+    tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
+    os.link(first, tmp)
+    os.replace(tmp, dst)

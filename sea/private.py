@@ -174,11 +174,12 @@ class PrivateDir:
             f.flush()
             os.fsync(f.fileno())
 
-    def files(self) -> list[str]:
-        """Every file left inside (relative paths), the owner file aside, read through the descriptor."""
+    def files(self, empty_dirs: bool = False) -> list[str]:
+        """Every file left inside (relative paths), the owner file aside, read through the
+        descriptor; ``empty_dirs``: and every empty directory."""
         found: list[str] = []
         with self.lock:
-            _walk_at(self.fd, "", found)
+            _walk_at(self.fd, "", found, empty_dirs)
         return [f for f in found if f not in (OWNER_FILE, KEPT_FILE)]
 
     @property
@@ -218,13 +219,16 @@ def _remove_at(dir_fd: int, name: str) -> None:
     _ignore_missing(os.rmdir, name, dir_fd)
 
 
-def _walk_at(dir_fd: int, prefix: str, found: list[str]) -> None:
-    for name in os.listdir(dir_fd):
+def _walk_at(dir_fd: int, prefix: str, found: list[str], empty_dirs: bool = False) -> None:
+    names = os.listdir(dir_fd)
+    if empty_dirs and not names and prefix:
+        found.append(prefix.rstrip("/"))
+    for name in names:
         st = os.lstat(name, dir_fd=dir_fd)
         if stat.S_ISDIR(st.st_mode):
             fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
             try:
-                _walk_at(fd, f"{prefix}{name}/", found)
+                _walk_at(fd, f"{prefix}{name}/", found, empty_dirs)
             finally:
                 os.close(fd)
         else:

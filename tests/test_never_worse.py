@@ -941,6 +941,38 @@ def test_two_nodes_appending_to_one_file_beside_them_at_once_both_keep_their_lin
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
+def _links_and_an_empty_directory_beside(x):
+    import os
+
+    with open("../one.txt", "w") as f:
+        f.write("one")
+    os.link("../one.txt", "../two.txt")
+    os.mkdir("../empty")
+    return x
+
+
+def test_at_tier_paths_what_a_node_makes_beside_its_directory_reaches_the_home_as_made(disk_dir, shm_dir):
+    """The fifth adversarial pass: at tier paths (``logical_paths: false``, as where namespaces are
+    refused), two names of one file written beside a node's directory reached the home as two files,
+    and an empty directory not at all. Now as MultiProc leaves them."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
+        node = Node(Function(input_names=["x"], output_names=["x"], function=_links_and_an_empty_directory_beside), name="node")
+        node.inputs.x = 1
+        wf.add_nodes([node])
+        sea = {"tiers": [{"path": str(shm_dir)}], "logical_paths": False}
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if plugin == "SeaMultiProc" else {})})
+        one, two = (disk_dir / plugin / "wf" / name for name in ("one.txt", "two.txt"))
+        seen[plugin] = (one.read_text(), os.path.samefile(one, two), (disk_dir / plugin / "wf" / "empty").is_dir())
+    assert seen["SeaMultiProc"] == seen["MultiProc"] == ("one", True, True), seen
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
+    assert sorted(report.strays_home) == ["wf/empty", "wf/one.txt", "wf/two.txt"], report.to_text()
+    assert sea_private_dirs(shm_dir) == []
+
+
 def _records_where_it_ran(in_file):
     import os
 
