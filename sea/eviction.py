@@ -9,11 +9,13 @@ Nipype's ``remove_node_directories`` would. The caller holds ``Run.lock``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .resume import checkpoint_identity
-from .run_state import NodeState, Run, State, disk_usage
+from .run_state import NodeState, Run, SeaHomeMoved, State, disk_usage
+from .stager import atomic_copy, walk_files
 
 
 class Evictor:
@@ -125,17 +127,42 @@ class Evictor:
 
     def _late_writes(self, node: NodeState) -> None:
         """Files written in the node's directory after it returned (a process it left running, a tool
-        that daemonized): they go with it, where MultiProc's directory keeps them. Counted and said."""
-        size, _ = disk_usage(node.placement.physical)
+        that daemonized, a consumer at its tier path writing a note beside its input): where the
+        node's directory is in the home (a checkpoint), new files are put there, as MultiProc's
+        directory keeps them; else they go with it. Counted and said."""
+        p = node.placement
+        size, _ = disk_usage(p.physical)
         if size <= node.size or node.parts:  # (parts placed apart were measured on their own)
             return
         report = self.run.report
         report.late_writes.append(node.spec.key)
-        if len(report.late_writes) == 1:
+        home_dir = node.checkpoint and p.logical != p.physical and p.logical.is_dir() and not p.logical.is_symlink()
+        kept = self._keep_late_files(p.physical, p.logical) if home_dir else []
+        if kept:
+            self.run.log.warning("[Sea] %s: %d file(s) written in its directory after it returned were put in its directory in the home, first %s",
+                                 node.spec.key, len(kept), kept[0])  # fmt: skip
+        elif len(report.late_writes) == 1:
+            advice = "" if self.run.config.checkpoints.value == "all" else " (set checkpoints: all to keep directories whole)"
             self.run.log.warning(
                 "[Sea] %s: %d bytes were written in its directory after it returned (a process it left running?); they are "
-                "evicted with it (set checkpoints: all to keep directories whole)", node.spec.key, size - node.size,
+                "evicted with it%s", node.spec.key, size - node.size, advice,
             )  # fmt: skip
+
+    def _keep_late_files(self, physical: Path, home_dir: Path) -> list[str]:
+        """Copy into ``home_dir`` the files under ``physical`` it does not have; their names."""
+        kept = []
+        for src in walk_files(physical):
+            rel = src.relative_to(physical)
+            if os.path.lexists(home_dir / rel):
+                continue  # made before it returned: home already, as committed
+            try:
+                atomic_copy(src, home_dir / rel, guard=self.run.check_home)
+                kept.append(str(rel))
+            except SeaHomeMoved:
+                break  # the run's end says so
+            except OSError as error:
+                self.run.log.warning("[Sea] %s could not be put in the home (%s)", home_dir / rel, error.strerror or error)
+        return kept
 
     def evict_all(self) -> None:
         """The run ended: whatever may go, goes."""

@@ -973,6 +973,37 @@ def test_at_tier_paths_what_a_node_makes_beside_its_directory_reaches_the_home_a
     assert sea_private_dirs(shm_dir) == []
 
 
+def _notes_beside_its_input(in_file):
+    import os
+
+    with open(os.path.join(os.path.dirname(in_file), "note.txt"), "w") as f:  # a QC node annotating its input
+        f.write("qc ok")
+    return in_file
+
+
+def test_at_tier_paths_a_note_a_consumer_adds_to_its_producers_directory_is_kept(disk_dir, shm_dir):
+    """The fifth adversarial pass: at tier paths with ``checkpoints: all`` (every node's directory
+    home), a consumer writing into its producer's directory (a QC note beside its input) lost the
+    note: the producer's copy home was made when it returned, and the rest was evicted, with a
+    warning advising ``checkpoints: all``. Now the note is put in the producer's directory in the
+    home, as MultiProc leaves it."""
+    from nipype import Function, Node, Workflow
+
+    notes = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
+        a = Node(Function(input_names=["n"], output_names=["f"], function=_makes_data), name="a")
+        a.inputs.n = 1
+        c = Node(Function(input_names=["in_file"], output_names=["f"], function=_notes_beside_its_input), name="c")
+        wf.connect(a, "f", c, "in_file")
+        sea = {"tiers": [{"path": str(shm_dir)}], "checkpoints": "all", "logical_paths": False}
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if plugin == "SeaMultiProc" else {})})
+        note = disk_dir / plugin / "wf" / "a" / "note.txt"
+        notes[plugin] = note.read_text() if note.exists() else None
+    assert notes == {"MultiProc": "qc ok", "SeaMultiProc": "qc ok"}
+    assert sea_private_dirs(shm_dir) == []
+
+
 def _records_where_it_ran(in_file):
     import os
 
