@@ -269,15 +269,27 @@ class View:
             linked.setdefault((st.st_dev, st.st_ino), dst)
 
 
+_files_beside: dict[str, tuple[int, list[str]]] = {}  # directory -> (its mtime, the files in it), per worker process
+
+
 def _sizes_beside(directory: Path, at: Path) -> dict[str, int]:
     """The sizes of the files in ``directory`` (the node directory's parent), by their paths
-    relative to ``at``: what a node appending to one of them found there."""
+    relative to ``at``: what a node appending to one of them found there. Its listing is taken
+    again only when the directory changed (a workflow's directory may hold thousands of node
+    directories and no file): a node's cost is a stat of each file there, not a read of the directory."""
+    try:
+        mtime = os.stat(directory).st_mtime_ns
+    except OSError:
+        return {}
+    listed = _files_beside.get(str(directory))
+    if listed is None or listed[0] != mtime:
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            listed = (mtime, [entry.name for entry in entries if entry.is_file(follow_symlinks=False)])
+            _files_beside[str(directory)] = listed
     sizes = {}
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False):
-                    sizes[os.path.relpath(entry.path, at)] = entry.stat(follow_symlinks=False).st_size
+    for name in listed[1] if listed is not None else ():
+        with contextlib.suppress(OSError):
+            sizes[os.path.relpath(os.path.join(directory, name), at)] = os.lstat(os.path.join(directory, name)).st_size
     return sizes
 
 
