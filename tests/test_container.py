@@ -246,19 +246,10 @@ def test_derived_image_runs_the_pipeline_as_multiproc_does(engine_image, tmp_pat
     size = int(podman("image", "inspect", "--format", "{{.Size}}", DERIVED).stdout.strip())
     FIGURES["derived image"] = f"{size / 2**20:.0f} MiB"
 
-    plugin_yaml = replaced(docs_block("test_derived_image_runs_the_pipeline_as_multiproc_does", "yaml"), [("n_procs: 8", "n_procs: 2"), ("memory_gb: 32", "memory_gb: 4")])
+    plugin_yaml = plugin_file()
     line = docs_block("test_derived_image_runs_the_pipeline_as_multiproc_does", "bash", "docker run")
     slurm_tmpdir = tmpfs_factory("256M")
-    runs = {}
-    for plugin in ("SeaMultiProc", "MultiProc"):
-        root = tmp_path / plugin
-        _data, scratch = make_study(root)
-        (scratch / "sea-plugin.yml").write_text(plugin_yaml)
-        drop = [] if plugin == "SeaMultiProc" else [(' --use-plugin "/scratch/$USER/sea-plugin.yml"', "")]
-        done, seconds = run_line(line, root, DERIVED, {"SLURM_TMPDIR": str(slurm_tmpdir)}, drop)
-        assert done.returncode == 0 and f"fmriprep: {plugin} done" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
-        runs[plugin] = done
-        FIGURES[f"{plugin} run in the container"] = f"{seconds:.1f} s"
+    runs = run_both(line, tmp_path, DERIVED, {"SLURM_TMPDIR": str(slurm_tmpdir)}, "{} run in the container")
     sea_out, mp_out = (tree_files(tmp_path / plugin / "data" / "derivatives") for plugin in ("SeaMultiProc", "MultiProc"))
     assert len(sea_out) == 3 and sea_out == mp_out, (sorted(sea_out), sorted(mp_out))
     FIGURES["derivatives"] = f"{len(sea_out)} files, {sum(map(len, sea_out.values())) / 2**20:.0f} MiB, byte-identical"
@@ -283,6 +274,27 @@ def test_derived_image_runs_the_pipeline_as_multiproc_does(engine_image, tmp_pat
     assert tree_files(root / "data" / "derivatives") == mp_out
 
 
+def plugin_file() -> str:
+    """containers.md's --use-plugin file, at this machine's size."""
+    return replaced(docs_block("test_derived_image_runs_the_pipeline_as_multiproc_does", "yaml"), [("n_procs: 8", "n_procs: 2"), ("memory_gb: 32", "memory_gb: 4")])
+
+
+def run_both(line: str, tmp_path: Path, image: str, env: dict[str, str], figure: str, multiproc_drops: list[tuple[str, str]] = ()) -> dict:
+    """The page's run ``line`` in ``image`` with Sea's plugin file, then without it (MultiProc, and
+    ``multiproc_drops`` taken out of the line), each on a study of its own under ``tmp_path``."""
+    runs = {}
+    for plugin in ("SeaMultiProc", "MultiProc"):
+        root = tmp_path / plugin
+        _data, scratch = make_study(root)
+        (scratch / "sea-plugin.yml").write_text(plugin_file())
+        drop = [] if plugin == "SeaMultiProc" else [*multiproc_drops, (' --use-plugin "/scratch/$USER/sea-plugin.yml"', "")]
+        done, seconds = run_line(line, root, image, env, drop)
+        assert done.returncode == 0 and f"fmriprep: {plugin} done" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
+        runs[plugin] = done
+        FIGURES[figure.format(plugin)] = f"{seconds:.1f} s"
+    return runs
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_without_rebuilding_sea_is_bound_into_the_engine_image(engine_image, tmp_path, tmpfs_factory):
@@ -296,20 +308,11 @@ def test_without_rebuilding_sea_is_bound_into_the_engine_image(engine_image, tmp
         done = subprocess.run(["bash", "-c", command.replace("dist", str(tmp_path / "dist"))], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
         assert done.returncode == 0, f"{command}\n{done.stderr[-3000:]}"
     assert (tmp_path / "sea-in-container" / "sea_workflows.pth").is_file()
-    plugin_yaml = replaced(docs_block("test_derived_image_runs_the_pipeline_as_multiproc_does", "yaml"), [("n_procs: 8", "n_procs: 2"), ("memory_gb: 32", "memory_gb: 4")])
     line = docs_block("test_without_rebuilding_sea_is_bound_into_the_engine_image", "bash", "docker run")
     slurm_tmpdir = tmpfs_factory("256M")
-    outputs = {}
-    for plugin in ("SeaMultiProc", "MultiProc"):
-        root = tmp_path / plugin
-        _data, scratch = make_study(root)
-        (scratch / "sea-plugin.yml").write_text(plugin_yaml)
-        drop = [("-v ~/sea-in-container:/opt/sea:ro -e PYTHONPATH=/opt/sea ", "")] if plugin == "MultiProc" else []
-        drop += [] if plugin == "SeaMultiProc" else [(' --use-plugin "/scratch/$USER/sea-plugin.yml"', "")]
-        done, seconds = run_line(line, root, engine_image, {"SLURM_TMPDIR": str(slurm_tmpdir), "HOME": str(tmp_path)}, drop)
-        assert done.returncode == 0 and f"fmriprep: {plugin} done" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
-        outputs[plugin] = tree_files(root / "data" / "derivatives")
-        FIGURES[f"no rebuild: {plugin} run"] = f"{seconds:.1f} s"
+    env = {"SLURM_TMPDIR": str(slurm_tmpdir), "HOME": str(tmp_path)}
+    run_both(line, tmp_path, engine_image, env, "no rebuild: {} run", [("-v ~/sea-in-container:/opt/sea:ro -e PYTHONPATH=/opt/sea ", "")])
+    outputs = {plugin: tree_files(tmp_path / plugin / "data" / "derivatives") for plugin in ("SeaMultiProc", "MultiProc")}
     assert len(outputs["SeaMultiProc"]) == 3 and outputs["SeaMultiProc"] == outputs["MultiProc"]
     report = RunReport.from_json(tmp_path / "SeaMultiProc" / "scratch" / "work" / "sea-report.json")
     assert report.success and Path(report.tiers[0].path) == slurm_tmpdir and report.tiers[0].nodes_placed == report.nodes_run > 0, report.to_text()
