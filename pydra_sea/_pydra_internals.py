@@ -73,6 +73,14 @@ def forget_mount_table() -> None:
     FsMountIdentifier._mount_table = None
 
 
+def default_cache_root() -> Path:
+    """Where a Submitter given no ``cache_root`` keeps its jobs: Pydra's per-user cache
+    (``~/.cache/pydra/<version>/run-cache``; ``Submitter.__init__``)."""
+    from pydra.utils.general import default_run_cache_root
+
+    return Path(default_run_cache_root)
+
+
 def job_dir_names_like() -> tuple[str, ...]:
     """What job directories in a cache root are called (``Job.checksum``: ``<kind>-<32 hex digits>``)."""
     return tuple(f"{kind}-{'0' * 32}" for kind in ("python", "shell", "workflow"))

@@ -147,6 +147,12 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             # a batch system's SIGTERM stops the run as Ctrl-C does, raised by the loop (see close)
             self._interrupt.install(stop=raise_in_loop(self._loop_of_run))
             px_.forget_mount_table()  # the tiers may have been mounted after this process started
+            if Path(job.cache_root) == px_.default_cache_root():
+                logger.warning(
+                    "[Sea] the Submitter was given no cache_root: the home (outputs, Sea's report and checkpoints) is Pydra's "
+                    "default cache %s, in your home directory; give Submitter(cache_root=...) a directory on the work "
+                    "filesystem", job.cache_root,
+                )  # fmt: skip
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
             px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result

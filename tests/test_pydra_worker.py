@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -335,3 +336,26 @@ def test_the_watchdog_example_runs():
     import pydra_sea.watchdog
 
     assert doctest.testmod(pydra_sea.watchdog).failed == 0
+
+
+def test_a_submitter_without_cache_root_says_where_its_home_is(tmp_path):
+    """Without ``cache_root`` Pydra keeps its jobs in the user's own cache (``~/.cache/pydra``), on
+    a cluster the small home directory: the run says so in one line, and runs as under cf."""
+    script = tmp_path / "no_cache_root.py"
+    script.write_text(textwrap.dedent("""
+        from pydra.compose import python
+        from pydra.engine.submitter import Submitter
+
+        @python.define
+        def Inc(x: int) -> int:
+            return x + 1
+
+        with Submitter(worker="sea", n_procs=1) as sub:
+            print("out", sub(Inc(x=1)).outputs.out)
+    """))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYDRA_HASH_CACHE": str(tmp_path / "hashes")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0 and "out 2" in done.stdout, done.stderr[-3000:]
+    said = [line for line in done.stderr.splitlines() if "no cache_root" in line]
+    assert len(said) == 1 and str(tmp_path / "cache" / "pydra") in said[0], done.stderr[-3000:]
+    assert list((tmp_path / "cache" / "pydra").rglob("sea-report.json")), "the run's home is not Pydra's default cache"
