@@ -9,9 +9,14 @@ above it; in a log file or a batch job's output, a plain ``[Sea] progress:`` lin
 ...                 tiers=[("/dev/shm", 3 * 2**30, 8 * 2**30)], backlog_bytes=300 * 2**20, backlog_files=12,
 ...                 rate=25e6, eta=190)
 >>> print(snap.line())
-12/40+ nodes · ETA 3m10s · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s · /dev/shm 3.0 GiB of 8.0 GiB · running: wf/a, wf/b
->>> print(snap.line(width=100))
-12/40+ nodes · ETA 3m10s · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s
+12/40+ nodes · to home: 300.0 MiB (12 files) at 25 MB/s · elapsed 1m15s · /dev/shm 3.0 GiB of 8.0 GiB · running: wf/a, wf/b
+>>> print(snap.line(width=60))
+12/40+ nodes · to home: 300.0 MiB (12 files) at 25 MB/s
+>>> print(Snapshot(elapsed=75, done=12, total=40, growing=False, eta=190).line())
+12/40 nodes · ETA 3m10s · elapsed 1m15s
+
+While the total is a floor (``40+``: Pydra adds a node's jobs as it starts), the work left is not
+known, and no ETA is shown (it said "ETA 0s" with 2 of 90+ left, and the run went on).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ class Snapshot:
         home), the running nodes' names last; cut to ``width`` characters, if given, by naming fewer
         running nodes, then by leaving fields out from the end (the nodes done stay)."""
         parts = [f"{self.done}/{self.total}{'+' if self.growing else ''} nodes"]
-        if self.eta is not None and self.done < self.total:
+        if self.eta is not None and self.done < self.total and not self.growing:
             parts.append(f"ETA {duration(self.eta)}")
         if self.backlog_files:
             rate = f" at {self.rate / 1e6:.0f} MB/s" if self.rate else ""
