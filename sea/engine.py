@@ -452,6 +452,14 @@ class SeaEngine:
             self.run.reserve_memory(key)
             return True
 
+    def may_go_ahead(self, key: str) -> bool:
+        """Whether ready node ``key`` may be placed now to wait for a process in the adapter's pool
+        (Pydra's worker keeps a few jobs queued there, as ``cf`` queues them all, so that no process
+        waits for the engine's loop): only where a fast tier has room for it beside what is placed,
+        so that no node spills for one that only waits."""
+        with self._lock:
+            return self.hierarchy.has_room(self.run.estimate(key))
+
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, or could not run a program from
         its directory on a tier mounted ``noexec`` (where the engine's own plugin, in the home,

@@ -167,3 +167,20 @@ def test_a_checkpoint_the_busy_link_has_not_started_is_given_up_once_its_directo
         assert not pack_path(home, "wf/a").exists() and not (home / "wf" / "a").exists()
     assert report.checkpoints_abandoned == 1, report.to_text()
     assert "1 left out as their copy could not start in time" in report.to_text()
+
+
+def test_a_job_goes_ahead_of_a_free_process_only_where_a_tier_has_room_for_it(disk_dir, shm_dir):
+    """Pydra's worker places a few jobs to wait in its pool's queue (issue 36): one goes ahead only
+    while a fast tier has room for it beside what is placed, so that no job spills home for one
+    that only waits (the 3 MiB tier holds two 1.5 MiB jobs)."""
+    from sea import NodeSpec
+
+    engine = _engine(disk_dir, shm_dir, [NodeSpec(f"wf/{k}", kind="job") for k in "abc"])
+    assert engine.may_go_ahead("wf/a")
+    engine.place("wf/a")
+    assert engine.may_go_ahead("wf/b")
+    engine.place("wf/b")
+    assert not engine.may_go_ahead("wf/c"), "a job placed ahead would spill home"
+    for key in ("wf/a", "wf/b"):
+        engine.node_finished(key)
+    engine.close()

@@ -285,6 +285,41 @@ def test_a_free_process_goes_to_the_job_the_core_ranks_first():
     assert asyncio.run(main()) == ["z-first", "b", "c", "d"]
 
 
+def test_jobs_wait_in_the_pools_queue_ahead_of_free_processes_where_a_tier_has_room_for_them():
+    """As cf queues every runnable job in its pool, Sea queues ``ahead`` jobs beyond its processes
+    (placed, their room on a tier accounted), so that Pydra's loop, whose every turn asks each job
+    whether it is done, does not leave the processes waiting for it; a job goes ahead only where
+    the core says a fast tier has room for it, and none after a process was lost (``limit``)."""
+    import asyncio
+
+    from pydra_sea.worker import _Processes
+    from sea.ordering import ReadyQueue
+
+    async def granted(processes: _Processes, keys: list[str]) -> list[str]:
+        started, release = [], asyncio.Event()
+
+        async def job(key):
+            async with processes.one_for(key):
+                started.append(key)
+                await release.wait()
+
+        tasks = [asyncio.create_task(job(k)) for k in keys]
+        await asyncio.sleep(0.01)
+        at_once = list(started)
+        release.set()
+        await asyncio.gather(*tasks)
+        assert sorted(started) == sorted(keys)  # all ran in the end
+        return at_once
+
+    keys = [f"job{i}" for i in range(8)]
+    assert asyncio.run(granted(_Processes(2, ReadyQueue(lambda key: (key,)), ahead=3), keys)) == keys[:5]
+    no_room = _Processes(2, ReadyQueue(lambda key: (key,)), ahead=3, may_go_ahead=lambda key: key != "job2")
+    assert asyncio.run(granted(no_room, keys)) == ["job0", "job1", "job3", "job4", "job5"]
+    lost = _Processes(2, ReadyQueue(lambda key: (key,)), ahead=3)
+    lost.limit(1)
+    assert asyncio.run(granted(lost, keys)) == keys[:1]
+
+
 def test_a_failing_task_leaves_what_cf_leaves_and_its_sibling_comes_home(tmp_path, shm_dir):
     """The failed job's directory, with Pydra's crash file, ends up where cf leaves it (in the cache);
     the independent branch's output is committed there too; nothing stays on the tier."""
