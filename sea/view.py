@@ -261,7 +261,9 @@ class View:
             tmp = os.path.join(os.path.dirname(dst), temporary_name(os.path.basename(dst), secrets.token_hex(4)))
             os.link(linked[st.st_dev, st.st_ino], tmp)  # another name of a file it made: one file, as it made it
         elif stat.S_ISREG(st.st_mode) and there is not None and stat.S_ISREG(there.st_mode) and there.st_ctime_ns >= started:
-            tmp = _appended(src, dst, sizes.get(rel))  # changed by another node meanwhile
+            parent = os.path.relpath(self.logical.parent, self.at)
+            beside = os.path.dirname(rel) == ("" if parent == "." else parent)
+            tmp = _appended(src, dst, sizes.get(rel, 0 if beside else None))  # changed by another node meanwhile (0: made since)
         else:
             tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)  # a link as a link, a pipe made, holes kept
         os.replace(tmp, dst)  # dst is no directory here: removed above if it was
@@ -293,22 +295,40 @@ def _sizes_beside(directory: Path, at: Path) -> dict[str, int]:
     return sizes
 
 
+MERGED_AT_MOST = 256 * 2**20  # a file two nodes changed at once is merged in memory up to this size
+
+
 def _appended(mine: str, theirs: str, size: int | None) -> str:
-    """A temporary beside ``theirs`` holding ``theirs`` and what ``mine`` added to the first
-    ``size`` bytes both began with; ``OSError`` if ``mine`` changed those (not only appended)."""
-    chunk = 1 << 20
-    with open(mine, "rb") as a, open(theirs, "rb") as b:
-        done = 0
-        while size is not None and done < size:
-            left = min(chunk, size - done)
-            if (got := a.read(left)) != b.read(left) or len(got) < left:
-                size = None
-            done += left
-        if size is None:
-            raise OSError(errno.EBUSY, "another node changed it while this one changed it too: the other's is kept")
-        tmp, _, _ = stage_copy(Path(theirs), Path(theirs), sync=False)
-        with open(tmp, "ab") as out:
-            shutil.copyfileobj(a, out, chunk)  # what this node added, after the other's
+    """A temporary beside ``theirs`` (the home's file, which other nodes changed while this one
+    ran) holding it and what this node appended (``mine``: its copy, taken when it first wrote,
+    then appended to). Another node's lines may already be in its copy (they came home before it
+    first wrote): what it appended starts after the longest start it shares with ``theirs``, at a
+    line's end no earlier than ``size`` (the file's size as the node started, when known). If
+    ``mine`` holds all of ``theirs``, it is the file. ``OSError`` if no such start is found
+    (the node changed bytes it found, not only appended): the other's is kept."""
+    if os.path.getsize(mine) > MERGED_AT_MOST:
+        raise OSError(
+            errno.EFBIG, "another node changed it while this one changed it too, and it is too large to merge: the other's is kept"
+        )
+    with open(mine, "rb") as a:
+        ours = a.read()
+    with open(theirs, "rb") as b:
+        current = b.read()
+    if ours.startswith(current):
+        tmp, _, _ = stage_copy(Path(mine), Path(theirs), sync=False)
+        return str(tmp)
+    shared = os.path.commonprefix([ours, current])
+    start = None
+    if size is not None and len(shared) >= size:
+        cut = shared.rfind(b"\n", size) + 1  # the last line's end in what both hold, past what it found
+        start = cut if cut > size else size
+    elif size is None and (cut := shared.rfind(b"\n") + 1) > 0:
+        start = cut  # not known as it started (made during the run, or deeper): whole lines only
+    if start is None:
+        raise OSError(errno.EBUSY, "another node changed it while this one changed it too: the other's is kept")
+    tmp, _, _ = stage_copy(Path(theirs), Path(theirs), sync=False)
+    with open(tmp, "ab") as out:
+        out.write(ours[start:])  # what this node added, after the other's
     return str(tmp)
 
 

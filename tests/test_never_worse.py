@@ -908,36 +908,46 @@ def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renam
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
-def _appends_a_line(x, name, before, after):
+def _appends_a_line(x, name, before, after, target):
     import time
 
     time.sleep(before)
-    with open("../log.txt", "a") as f:  # a log the nodes beside it append to too
+    with open(target, "a") as f:  # a log the nodes beside it append to too
         f.write(f"line from {name}\n")
     time.sleep(after)
     return x
 
 
-def test_two_nodes_appending_to_one_file_beside_them_at_once_both_keep_their_lines(disk_dir, shm_dir):
-    """The fifth adversarial pass: two nodes running at once, each appending a line to ``../log.txt``;
-    in the view each appended to its own copy, and the one that ended last replaced the other's
-    line with its copy, silently. Now its lines are added to the other's, as MultiProc's appends are;
-    a node that changed the bytes the file had, not only appended, leaves the other's and says so."""
+@pytest.mark.parametrize(
+    ("target", "b_times", "expected"),
+    [
+        ("../log.txt", (0, 2), "line before\nline from c\nline from b\n"),  # b appends first and ends last
+        ("../log.txt", (2, 0), "line before\nline from c\nline from b\n"),  # c's line home before b first writes
+        ("../logs/log.txt", (0, 2), "line before\nline from c\nline from b\n"),  # a log in a directory beside
+    ],
+    ids=["appended-first-ended-last", "other-home-before-first-write", "in-a-directory-beside"],
+)
+def test_two_nodes_appending_to_one_file_beside_them_at_once_both_keep_their_lines(disk_dir, shm_dir, target, b_times, expected):
+    """The fifth and sixth adversarial passes: two nodes running at once, each appending a line to a
+    log beside their directories; in the view each appended to its own copy, and the one that ended
+    last replaced the other's line with its copy, silently; then the merge added the other's line
+    twice when it was home before this node first wrote, and a log one directory down was not
+    merged. Now each line is kept once, as MultiProc's appends are (in the order the nodes ended)."""
     from nipype import Function, Node, Workflow
 
     logs = {}
     for plugin in ("MultiProc", "SeaMultiProc"):
-        (disk_dir / plugin / "wf").mkdir(parents=True)
-        (disk_dir / plugin / "wf" / "log.txt").write_text("line before\n")
+        (disk_dir / plugin / "wf" / "logs").mkdir(parents=True)
+        (disk_dir / plugin / "wf" / target.removeprefix("../")).write_text("line before\n")
         wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
-        for name, before, after in (("b", 0, 2), ("c", 0.5, 0)):  # b appends first and ends last
-            node = Node(Function(input_names=["x", "name", "before", "after"], output_names=["x"], function=_appends_a_line), name=name)
-            node.inputs.x, node.inputs.name, node.inputs.before, node.inputs.after = 1, name, before, after
+        for name, (before, after) in (("b", b_times), ("c", (0.5, 0))):
+            node = Node(Function(input_names=["x", "name", "before", "after", "target"], output_names=["x"], function=_appends_a_line), name=name)
+            node.inputs.x, node.inputs.name, node.inputs.before, node.inputs.after, node.inputs.target = 1, name, before, after, target
             wf.add_nodes([node])
         wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
-        logs[plugin] = (disk_dir / plugin / "wf" / "log.txt").read_text()
-    assert logs["MultiProc"] == "line before\nline from b\nline from c\n", logs
-    assert logs["SeaMultiProc"] == "line before\nline from c\nline from b\n", logs  # each line whole, none lost
+        logs[plugin] = (disk_dir / plugin / "wf" / target.removeprefix("../")).read_text()
+    assert sorted(logs["MultiProc"].splitlines()) == sorted(expected.splitlines()), logs
+    assert logs["SeaMultiProc"] == expected, logs  # each line whole, once
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
