@@ -254,6 +254,7 @@ class View:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if stat.S_ISDIR(st.st_mode):
             os.makedirs(dst, exist_ok=True)  # its entries follow, one by one
+            _same_owner(dst, st)
             os.chmod(dst, stat.S_IMODE(st.st_mode))
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
             return
@@ -266,9 +267,20 @@ class View:
             tmp = _appended(src, dst, sizes.get(rel, 0 if beside else None))  # changed by another node meanwhile (0: made since)
         else:
             tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)  # a link as a link, a pipe made, holes kept
+        _same_owner(tmp, st)
         os.replace(tmp, dst)  # dst is no directory here: removed above if it was
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
+
+
+def _same_owner(path: str, st: os.stat_result) -> None:
+    """As root, ``path`` gets the owner the node's entry has (a colleague's log it appended to stays
+    theirs, a file it gave away stays given): the overlay keeps them, a copy is root's. A user
+    without privileges owns all they can make."""
+    if os.geteuid() == 0:
+        os.lchown(path, st.st_uid, st.st_gid)
+        if not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, stat.S_IMODE(st.st_mode))  # chown dropped setuid and setgid
 
 
 _files_beside: dict[str, tuple[int, list[str]]] = {}  # directory -> (its mtime, the files in it), per worker process

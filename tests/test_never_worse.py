@@ -951,6 +951,35 @@ def test_two_nodes_appending_to_one_file_beside_them_at_once_both_keep_their_lin
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
+def _appends_to_a_colleagues_log(x):
+    with open("../shared.log", "a") as f:
+        f.write("from the node\n")
+    return x
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user's, beside the node: made as root")
+def test_a_colleagues_file_a_node_appends_to_beside_it_stays_theirs(disk_dir, shm_dir):
+    """The sixth adversarial pass: as root, a colleague's group-writable log beside the node
+    directories that a node appended to came home owned by root. Now its owner and mode stay."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        log = disk_dir / plugin / "wf" / "shared.log"
+        log.parent.mkdir(parents=True)
+        log.write_text("colleague\n")
+        os.chown(log, 65534, 65534)
+        os.chmod(log, 0o664)
+        wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
+        node = Node(Function(input_names=["x"], output_names=["x"], function=_appends_to_a_colleagues_log), name="node")
+        node.inputs.x = 1
+        wf.add_nodes([node])
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
+        st = log.stat()
+        seen[plugin] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode), log.read_text())
+    assert seen["SeaMultiProc"] == seen["MultiProc"] == (65534, 65534, 0o664, "colleague\nfrom the node\n"), seen
+
+
 def _links_and_an_empty_directory_beside(x):
     import os
 
