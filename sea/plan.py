@@ -177,9 +177,13 @@ def load_target(target: str) -> object:
     if ":" not in target:
         raise SeaConfigError(f"{target!r} is not MODULE:FUNCTION; write e.g. example_workflows.incrementation.plan:workflow")
     where, name = target.rsplit(":", 1)
+    if not where or not name:
+        raise SeaConfigError(f"{target!r} is not MODULE:FUNCTION; write e.g. example_workflows.incrementation.plan:workflow")
     try:
         if where.endswith(".py"):
             spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if spec is None or not Path(where).is_file():
+                raise FileNotFoundError(f"no Python file {where!r}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = module
             spec.loader.exec_module(module)
@@ -188,8 +192,10 @@ def load_target(target: str) -> object:
                 sys.path.insert(0, os.getcwd())
             module = importlib.import_module(where)
         factory = getattr(module, name)
-    except (ImportError, FileNotFoundError, AttributeError) as exc:
+    except (ImportError, OSError, AttributeError, ValueError, TypeError, SyntaxError) as exc:  # (a relative name, a directory, bad code)
         raise SeaConfigError(f"cannot load {target!r}: {exc}; give an importable MODULE:FUNCTION") from None
+    if not callable(factory):
+        raise SeaConfigError(f"{target!r} names a {type(factory).__name__}, not a function; give MODULE:FUNCTION, a function returning the workflow")
     return factory()
 
 

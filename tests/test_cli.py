@@ -180,3 +180,17 @@ def test_discovery_says_what_it_chose_and_what_it_left_out(disk_dir, shm_dir, mo
     (line,) = [line for line in result.stderr.splitlines() if "tiers found" in line]
     assert "tiers found: /dev/shm; left out" in line and "$SLURM_TMPDIR" in line and "not a directory that exists" in line, line
     assert "$TMPDIR" in line and "on the home's filesystem" in line, line
+
+
+@pytest.mark.parametrize("target", [":", ":getcwd", ".:x", "d.py:f", "bad.py:f", "ok.py:x", "ok.py:"])
+def test_sea_plan_of_a_target_it_cannot_load_says_so_in_one_line(tmp_path, target):
+    """The sixth adversarial pass: an empty module or function name, a relative name, a directory
+    named like a file, a file that is not Python, a name that is not a function: each was a
+    traceback of Sea's. Now one line, and exit status 2."""
+    (tmp_path / "d.py").mkdir()
+    (tmp_path / "bad.py").write_text("def f(:\n")
+    (tmp_path / "ok.py").write_text("x = 1\n")
+    done = subprocess.run([sys.executable, "-c", "import sys; from sea.cli import main; sys.exit(main())", "plan", target],
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("sea: error: "), done.stderr
