@@ -53,10 +53,19 @@ def kept_directories(path: Path) -> list[Path]:
         raise SeaConfigError(f"{path} is not a directory: give a directory the report's KEPT line names (or the tier it is in)")
     if os.path.lexists(path / KEPT_FILE):
         return [path]
-    found = sorted(p for p in path.glob("sea-*") if os.path.lexists(p / KEPT_FILE))
+    # in a tier root (/dev/shm) anyone may make a sea-* directory: only this user's own are theirs to recover
+    found = sorted(p for p in path.glob("sea-*") if os.path.lexists(p / KEPT_FILE) and _own_directory(p))
     if not found:
         raise SeaConfigError(f"{path} holds nothing a Sea run kept (no {KEPT_FILE} in it, nor in a sea-* directory below it)")
     return found
+
+
+def _own_directory(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def recover(directory: Path) -> Recovered:
@@ -64,7 +73,10 @@ def recover(directory: Path) -> Recovered:
     st = os.lstat(directory)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise SeaConfigError(f"{directory} is not a private directory of yours (a link, another user's, or writable by others): not recovered")
-    record = json.loads((directory / KEPT_FILE).read_text())
+    try:
+        record = json.loads((directory / KEPT_FILE).read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise SeaConfigError(f"{directory / KEPT_FILE} is damaged (not the record a run writes): the copies in {directory} are not recovered; copy them home by hand") from None
     done = Recovered(directory)
     for copy in record.get("copies", []):
         source, target = directory / copy["from"], Path(copy["to"])

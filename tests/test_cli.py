@@ -194,3 +194,23 @@ def test_sea_plan_of_a_target_it_cannot_load_says_so_in_one_line(tmp_path, targe
                           capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("sea: error: "), done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="another user's directory: made as root")
+def test_sea_recover_in_a_tier_root_skips_other_users_directories_and_names_a_damaged_record(tmp_path):
+    """The sixth adversarial pass: another user's planted sea-* directory with a kept-record in the
+    tier root stopped the victim's `sea recover <tier>` before its own; a damaged record of one's
+    own was a traceback. Now another's is not theirs to recover, and a damaged one is one line."""
+    from sea.private import KEPT_FILE
+
+    planted = tmp_path / "sea-0planted"
+    planted.mkdir()
+    (planted / KEPT_FILE).write_text("{}")
+    os.chown(planted, 65534, 65534)
+    done = sea("recover", str(tmp_path))
+    assert done.returncode == 2 and "holds nothing a Sea run kept" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    mine = tmp_path / "sea-mine"
+    mine.mkdir(mode=0o700)
+    (mine / KEPT_FILE).write_text('{"copies": [')
+    done = sea("recover", str(tmp_path))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "is damaged" in done.stderr, done.stderr
