@@ -731,7 +731,22 @@ class SeaEngine:
             p = node.placement
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
-            return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity)
+            return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity,
+                        self._mounted_inside_home)  # fmt: skip
+
+    @functools.cached_property
+    def _mounted_inside_home(self) -> tuple[str, ...]:
+        """Filesystems mounted inside the work directory (a reference dataset bound there), which a
+        node's view must bind again over its overlay (an overlay does not show what is mounted below
+        its layers); the tiers aside. Looked at once."""
+        from .durable import mount_table
+
+        home, tiers = str(self.home), [str(t.root) for t in self.hierarchy.fast_tiers]
+        try:
+            inside = sorted({m.mountpoint for m in mount_table() if m.mountpoint.startswith(home + "/")})
+        except OSError:
+            return ()
+        return tuple(m for m in inside if not any(m == t or m.startswith(t + "/") or t.startswith(m + "/") for t in tiers))
 
     @functools.cached_property
     def _unmapped_group(self) -> str:

@@ -118,6 +118,7 @@ class View:
     copies: tuple[tuple[str, str], ...] = ()  # (original, prefetched copy): the copy is seen at the original
     whole_home: bool = False  # the overlay covers the home, not only the workflow's directory in it
     home_identity: tuple[int, int] | None = None  # the home's (st_dev, st_ino) as the run started: a home moved away is never viewed
+    submounts: tuple[str, ...] = ()  # filesystems mounted inside the home: bound again over the overlay, which hides them
 
     @property
     def at(self) -> Path:
@@ -166,6 +167,11 @@ class View:
             self.physical.mkdir(parents=True, exist_ok=True)  # made now, as the engine would make it, to bind it
         source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
         real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
+        subs = []  # (mount point, its filesystem as it is now): taken before the overlay hides it
+        for point in self.submounts:
+            if _within(point, at) and not _within(point, self.logical):
+                with contextlib.suppress(OSError):
+                    subs.append((point, os.open(point, os.O_PATH | os.O_DIRECTORY)))
         mounted: list[str] = []
         started = time.time_ns()
         sizes = _sizes_beside(self.logical.parent, at)  # of the files a node may append to, as it starts
@@ -180,6 +186,9 @@ class View:
             _mount("overlay", str(at), "overlay", 0, options)
             mounted.append(str(at))
             _mount(f"/proc/self/fd/{source}", str(self.logical), None, _MS_BIND)
+            for point, fd in subs:
+                _mount(f"/proc/self/fd/{fd}", point, None, _MS_BIND | _MS_REC)
+                mounted.append(point)
             for original, copy in self.copies:
                 with contextlib.suppress(OSError):  # an original gone: the node reads its copy's path
                     _mount(copy, original, None, _MS_BIND)
@@ -199,6 +208,8 @@ class View:
                 )
             os.close(source)
             os.close(real_at)
+            for _point, fd in subs:
+                os.close(fd)
             for target in reversed(mounted):
                 _umount(target)
             with contextlib.suppress(OSError):

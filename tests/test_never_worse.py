@@ -980,6 +980,39 @@ def test_a_colleagues_file_a_node_appends_to_beside_it_stays_theirs(disk_dir, sh
     assert seen["SeaMultiProc"] == seen["MultiProc"] == (65534, 65534, 0o664, "colleague\nfrom the node\n"), seen
 
 
+def _reads_the_reference_beside(x):
+    with open("../shared/ref.txt") as f:
+        return f.read()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a filesystem inside the work directory: as root")
+def test_a_filesystem_mounted_inside_the_work_directory_is_seen_by_nodes(disk_dir, shm_dir):
+    """The sixth adversarial pass: a reference dataset bind-mounted inside the work directory
+    (``wf/shared``) was hidden in a node's view (an overlay does not show what is mounted below its
+    layers): the node failed where MultiProc's read it. Now the view binds it again."""
+    from nipype import Function, Node, Workflow
+
+    source = disk_dir / "reference"
+    source.mkdir()
+    (source / "ref.txt").write_text("reference")
+    read = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        shared = disk_dir / plugin / "wf" / "shared"
+        shared.mkdir(parents=True)
+        subprocess.run(["mount", "--bind", "-o", "ro", str(source), str(shared)], check=True)
+        try:
+            wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
+            node = Node(Function(input_names=["x"], output_names=["out"], function=_reads_the_reference_beside), name="node")
+            node.inputs.x = 1
+            wf.add_nodes([node])
+            graph = wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
+            read[plugin] = next(iter(graph.nodes())).result.outputs.out
+        finally:
+            subprocess.run(["umount", str(shared)], check=True)
+    assert read == {"MultiProc": "reference", "SeaMultiProc": "reference"}
+    assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
+
+
 def _links_and_an_empty_directory_beside(x):
     import os
 
