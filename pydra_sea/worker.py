@@ -592,7 +592,7 @@ def _process_init() -> None:
 # queued job whether it is done after every turn (its cost grows with the graph), is busy; handing
 # a job over only when a process was free made that loop turn once per job, the processes waiting
 # for it (2.6x cf's time on 500 trivial tasks, 3.7x on 1,000; issue 36)
-AHEAD_PER_PROCESS = 8
+AHEAD_PER_PROCESS = 16
 
 
 class _Processes:
