@@ -340,7 +340,7 @@ def _appended(mine: str, theirs: str, size: int | None) -> str:
     if ours.startswith(current):
         tmp, _, _ = stage_copy(Path(mine), Path(theirs), sync=False)
         return str(tmp)
-    shared = os.path.commonprefix([ours, current])
+    shared = ours[: _common_prefix_length(ours, current)]
     start = None
     if size is not None and len(shared) >= size:
         cut = shared.rfind(b"\n", size) + 1  # the last line's end in what both hold, past what it found
@@ -353,6 +353,22 @@ def _appended(mine: str, theirs: str, size: int | None) -> str:
     with open(tmp, "ab") as out:
         out.write(ours[start:])  # what this node added, after the other's
     return str(tmp)
+
+
+def _common_prefix_length(a: bytes, b: bytes, chunk: int = 1 << 16) -> int:
+    """How many bytes ``a`` and ``b`` share from their start (compared a chunk at a time, then
+    halving within the first chunk that differs: no loop over single bytes)."""
+    n, i = min(len(a), len(b)), 0
+    while i < n and a[i : i + chunk] == b[i : i + chunk]:
+        i = min(i + chunk, n)
+    lo, hi = i, min(i + chunk, n)  # they agree up to lo; the first difference is before hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[i:mid] == b[i:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _is_whiteout(st: os.stat_result) -> bool:
