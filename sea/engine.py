@@ -732,7 +732,7 @@ class SeaEngine:
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
             return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity,
-                        self._mounted_inside_home)  # fmt: skip
+                        self._mounted_inside_home, tiers[0].workdir / VIEWS_DIR / "replays")  # fmt: skip
 
     @functools.cached_property
     def _mounted_inside_home(self) -> tuple[str, ...]:

@@ -119,6 +119,7 @@ class View:
     whole_home: bool = False  # the overlay covers the home, not only the workflow's directory in it
     home_identity: tuple[int, int] | None = None  # the home's (st_dev, st_ino) as the run started: a home moved away is never viewed
     submounts: tuple[str, ...] = ()  # filesystems mounted inside the home: bound again over the overlay, which hides them
+    replays: Path | None = None  # where the run's processes note the sizes each file beside node directories had as they put it in the home
 
     @property
     def at(self) -> Path:
@@ -272,16 +273,46 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             tmp = os.path.join(os.path.dirname(dst), temporary_name(os.path.basename(dst), secrets.token_hex(4)))
             os.link(linked[st.st_dev, st.st_ino], tmp)  # another name of a file it made: one file, as it made it
-        elif stat.S_ISREG(st.st_mode) and there is not None and stat.S_ISREG(there.st_mode) and there.st_ctime_ns >= started:
-            parent = os.path.relpath(self.logical.parent, self.at)
-            beside = os.path.dirname(rel) == ("" if parent == "." else parent)
-            tmp = _appended(src, dst, sizes.get(rel, 0 if beside else None))  # changed by another node meanwhile (0: made since)
+        elif stat.S_ISREG(st.st_mode) and (there is None or stat.S_ISREG(there.st_mode)) and self.replays is not None:
+            self._put_file(src, dst, rel, st, started, sizes.get(rel))
+            if st.st_nlink > 1:
+                linked.setdefault((st.st_dev, st.st_ino), dst)
+            return
         else:
             tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)  # a link as a link, a pipe made, holes kept
         _same_owner(tmp, st)
         os.replace(tmp, dst)  # dst is no directory here: removed above if it was
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
+
+    def _put_file(self, src: str, dst: str, rel: str, st: os.stat_result, started: int, size: int | None) -> None:
+        """Put the node's copy of a file beside its directory at ``dst``, one process at a time for
+        that file (a lock on its record in :attr:`replays`). If another node changed it since this
+        one started (both appended to ``../log.txt``), what this node appended is added to it
+        (:func:`_appended`): its copy was taken when it first wrote, as the file was then, which is
+        as one of the recorded sizes left it (each put notes the size before and after) or as it
+        was at the node's start (``size``)."""
+        import fcntl
+        import hashlib
+
+        self.replays.mkdir(parents=True, exist_ok=True)
+        record = self.replays / hashlib.sha256(os.fsencode(f"{self.at}/{rel}")).hexdigest()[:32]
+        with open(record, "a+", encoding="ascii") as noted:
+            fcntl.flock(noted.fileno(), fcntl.LOCK_EX)
+            noted.seek(0)
+            sizes = {int(x) for line in noted for x in line.split()} | ({size} if size is not None else set())
+            try:
+                there = os.lstat(dst)
+            except FileNotFoundError:
+                there = None
+            if there is None or there.st_ctime_ns < started:  # as the node found it: its copy is the file
+                tmp, _, _ = stage_copy(Path(src), Path(dst), sync=False)
+            else:
+                tmp = _appended(src, dst, sizes)
+            _same_owner(tmp, st)
+            after = os.lstat(tmp).st_size
+            os.replace(tmp, dst)
+            noted.write(f"{there.st_size if there is not None else 0} {after}\n")
 
 
 def _same_owner(path: str, st: os.stat_result) -> None:
@@ -321,14 +352,13 @@ def _sizes_beside(directory: Path, at: Path) -> dict[str, int]:
 MERGED_AT_MOST = 256 * 2**20  # a file two nodes changed at once is merged in memory up to this size
 
 
-def _appended(mine: str, theirs: str, size: int | None) -> str:
+def _appended(mine: str, theirs: str, sizes: set[int]) -> str:
     """A temporary beside ``theirs`` (the home's file, which other nodes changed while this one
     ran) holding it and what this node appended (``mine``: its copy, taken when it first wrote,
-    then appended to). Another node's lines may already be in its copy (they came home before it
-    first wrote): what it appended starts after the longest start it shares with ``theirs``, at a
-    line's end no earlier than ``size`` (the file's size as the node started, when known). If
-    ``mine`` holds all of ``theirs``, it is the file. ``OSError`` if no such start is found
-    (the node changed bytes it found, not only appended): the other's is kept."""
+    then appended to). The copy began as the file was then: as long as one of ``sizes`` (the
+    sizes it had at the node's start and after each node put it home), and as ``theirs`` begins;
+    the longest such start shorter than the copy is taken. ``OSError`` if none is (the node
+    changed bytes it found, not only appended): the other's is kept, and said."""
     if os.path.getsize(mine) > MERGED_AT_MOST:
         raise OSError(
             errno.EFBIG, "another node changed it while this one changed it too, and it is too large to merge: the other's is kept"
@@ -337,21 +367,13 @@ def _appended(mine: str, theirs: str, size: int | None) -> str:
         ours = a.read()
     with open(theirs, "rb") as b:
         current = b.read()
-    if ours.startswith(current):
-        tmp, _, _ = stage_copy(Path(mine), Path(theirs), sync=False)
-        return str(tmp)
-    shared = ours[: _common_prefix_length(ours, current)]
-    start = None
-    if size is not None and len(shared) >= size:
-        cut = shared.rfind(b"\n", size) + 1  # the last line's end in what both hold, past what it found
-        start = cut if cut > size else size
-    elif size is None and (cut := shared.rfind(b"\n") + 1) > 0:
-        start = cut  # not known as it started (made during the run, or deeper): whole lines only
-    if start is None:
+    shared = _common_prefix_length(ours, current)
+    starts = [n for n in sizes if n <= shared and n < len(ours)]
+    if not starts:
         raise OSError(errno.EBUSY, "another node changed it while this one changed it too: the other's is kept")
     tmp, _, _ = stage_copy(Path(theirs), Path(theirs), sync=False)
     with open(tmp, "ab") as out:
-        out.write(ours[start:])  # what this node added, after the other's
+        out.write(ours[max(starts) :])  # what this node added, after the other's
     return str(tmp)
 
 

@@ -908,46 +908,55 @@ def test_what_a_node_removes_or_renames_beside_its_directory_is_removed_or_renam
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
-def _appends_a_line(x, name, before, after, target):
+def _appends(x, data, before, after, target):
     import time
 
     time.sleep(before)
-    with open(target, "a") as f:  # a log the nodes beside it append to too
-        f.write(f"line from {name}\n")
+    with open(target, "ab") as f:  # a log the nodes beside it append to too
+        f.write(data)
     time.sleep(after)
     return x
 
 
+B_FIRST, C_HOME_FIRST = (0, 2), (2, 0)  # b appends first and ends last; c's bytes are home before b first writes
+
+
 @pytest.mark.parametrize(
-    ("target", "b_times", "expected"),
+    ("target", "b_times", "init", "b_data", "c_data", "expected"),
     [
-        ("../log.txt", (0, 2), "line before\nline from c\nline from b\n"),  # b appends first and ends last
-        ("../log.txt", (2, 0), "line before\nline from c\nline from b\n"),  # c's line home before b first writes
-        ("../logs/log.txt", (0, 2), "line before\nline from c\nline from b\n"),  # a log in a directory beside
+        ("../log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
+        ("../log.txt", C_HOME_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
+        ("../logs/log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
+        ("../log.txt", B_FIRST, b"line before\n", b"done\n", b"done\n", b"line before\ndone\ndone\n"),
+        ("../log.txt", B_FIRST, b"header\nrow0", b"\nrow-b", b"\nrow-c", b"header\nrow0\nrow-c\nrow-b"),
+        ("../logs/data.bin", B_FIRST, b"AB\nCD", b"EF", b"GH", b"AB\nCDGHEF"),
     ],
-    ids=["appended-first-ended-last", "other-home-before-first-write", "in-a-directory-beside"],
+    ids=["appended-first-ended-last", "other-home-before-first-write", "in-a-directory-beside", "the-same-line", "separator-first",
+         "binary-a-directory-down"],  # fmt: skip
 )
-def test_two_nodes_appending_to_one_file_beside_them_at_once_both_keep_their_lines(disk_dir, shm_dir, target, b_times, expected):
-    """The fifth and sixth adversarial passes: two nodes running at once, each appending a line to a
-    log beside their directories; in the view each appended to its own copy, and the one that ended
-    last replaced the other's line with its copy, silently; then the merge added the other's line
-    twice when it was home before this node first wrote, and a log one directory down was not
-    merged. Now each line is kept once, as MultiProc's appends are (in the order the nodes ended)."""
+def test_two_nodes_appending_to_one_file_beside_them_at_once_keep_every_byte(disk_dir, shm_dir, target, b_times, init, b_data, c_data, expected):
+    """The fifth to seventh adversarial passes: two nodes running at once, each appending to a file
+    beside their directories. In the view each appended to its own copy: the one that ended last
+    replaced the other's bytes with its copy, silently; then merges guessed where each node's
+    appends began, and added lines twice or dropped them (the same line by both, a separator
+    written first, binary appends a directory down). Now each put of such a file notes its sizes
+    before and after, and a node's appends start where its copy began, one of those sizes: every
+    byte is kept once, as MultiProc's appends are (in the order the nodes ended)."""
     from nipype import Function, Node, Workflow
 
-    logs = {}
+    made = {}
     for plugin in ("MultiProc", "SeaMultiProc"):
         (disk_dir / plugin / "wf" / "logs").mkdir(parents=True)
-        (disk_dir / plugin / "wf" / target.removeprefix("../")).write_text("line before\n")
+        (disk_dir / plugin / "wf" / target.removeprefix("../")).write_bytes(init)
         wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
-        for name, (before, after) in (("b", b_times), ("c", (0.5, 0))):
-            node = Node(Function(input_names=["x", "name", "before", "after", "target"], output_names=["x"], function=_appends_a_line), name=name)
-            node.inputs.x, node.inputs.name, node.inputs.before, node.inputs.after, node.inputs.target = 1, name, before, after, target
+        for name, data, (before, after) in (("b", b_data, b_times), ("c", c_data, (0.5, 0))):
+            node = Node(Function(input_names=["x", "data", "before", "after", "target"], output_names=["x"], function=_appends), name=name)
+            node.inputs.x, node.inputs.data, node.inputs.before, node.inputs.after, node.inputs.target = 1, data, before, after, target
             wf.add_nodes([node])
         wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
-        logs[plugin] = (disk_dir / plugin / "wf" / target.removeprefix("../")).read_text()
-    assert sorted(logs["MultiProc"].splitlines()) == sorted(expected.splitlines()), logs
-    assert logs["SeaMultiProc"] == expected, logs  # each line whole, once
+        made[plugin] = (disk_dir / plugin / "wf" / target.removeprefix("../")).read_bytes()
+    assert sorted(made["MultiProc"]) == sorted(expected), made  # the same bytes (MultiProc's in the order written)
+    assert made["SeaMultiProc"] == expected, made
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 
 
