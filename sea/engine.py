@@ -888,6 +888,9 @@ class SeaEngine:
             self.evictor.evict_all()
             if moved is None and self.machine is None:  # (on a Dask worker, another node of the run may still write there)
                 self.flusher.strays_home()
+            for tier in self.hierarchy.fast_tiers[:1]:  # what the views noted of the files they put home (sea.view)
+                if tier.private is not None and not tier.private.closed:
+                    self.hierarchy.remove(tier.workdir / VIEWS_DIR / "replays")
             nodes = run.nodes.values()
             # a sink's outputs wait in its staging area (which mirrors absolute paths); any other node's, in its directory
             failed = [n.placement for n in nodes if n.flush_failed and n.placement and not n.placement.tier.is_home]
