@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
+import hashlib
 import logging
 import os
 import secrets
@@ -292,9 +294,6 @@ class View:
         (:func:`_appended`): its copy was taken when it first wrote, as the file was then, which is
         as one of the recorded sizes left it (each put notes the size before and after) or as it
         was at the node's start (``size``)."""
-        import fcntl
-        import hashlib
-
         self.replays.mkdir(parents=True, exist_ok=True)
         record = self.replays / hashlib.sha256(os.fsencode(f"{self.at}/{rel}")).hexdigest()[:32]
         with open(record, "a+", encoding="ascii") as noted:
