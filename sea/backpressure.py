@@ -60,8 +60,10 @@ class BackPressure:
         run = self.run
         if not run.config.backpressure:
             return False
-        backlog = run.stager.needed_backlog  # optional checkpoints give way to it: not counted
-        held = self._waits_for_room(key, running, backlog) or self._link_behind(run.graph.owner(key) or key, backlog)
+        # room comes as any copy home commits (an optional checkpoint's directory done with leaves
+        # then too); the link is behind only for what the run needs home (optional copies give way)
+        all_copies, needed = run.stager.backlog[0], run.stager.needed_backlog
+        held = self._waits_for_room(key, running, all_copies) or self._link_behind(run.graph.owner(key) or key, needed)
         if held:
             self.held.add(key)
         return held
@@ -98,8 +100,13 @@ class BackPressure:
             expected = self._mean_seconds()
         if not expected:
             return False  # no node ended yet: nothing says when it will
-        left = node.started + expected - time.monotonic()
-        return -expected <= left <= seconds  # one running twice its usual time is not waited for
+        now = time.monotonic()
+        left = node.started + expected - now
+        if left >= 0:
+            return left <= seconds
+        # past its usual time (a loaded machine slows every node): expected to run as long again as
+        # it has run so far, so one that has run for minutes is not waited for
+        return now - node.started <= seconds
 
     def _mean_seconds(self) -> float:
         return self._seconds / self._runs if self._runs else 0.0

@@ -186,3 +186,31 @@ def test_a_job_goes_ahead_of_a_free_process_only_where_a_tier_has_room_for_it(di
     for key in ("wf/a", "wf/b"):
         engine.node_finished(key)
     engine.close()
+
+
+def test_a_node_waits_for_the_room_an_optional_checkpoints_copy_frees_as_it_commits(shm_dir):
+    """Seen in CI on a loaded machine: the 36 MiB tier held two directories done with but for their
+    ``checkpoints: auto`` copies home, under way; nothing else was to go home, so no room seemed on
+    its way and the next node spilled home. A directory whose copy is under way leaves as it
+    commits, optional or not: here n waits for a's (1.5 MiB at 2 MB/s) instead of spilling."""
+    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+    from sea.checkpoint import CopyCost
+
+    with slowfs_scratch(write_mbps=2, read_mbps=200, meta_latency_ms=1) as fs:
+        config = SeaConfig.load({"tiers": [{"path": str(shm_dir), "capacity": "3MiB"}], "default_node_size": "1536KiB", "progress": "off"})
+        engine = SeaEngine(config, fs.path / "home")
+        engine.run.checkpoints.cost = CopyCost(per_byte=1 / 2e6)
+        specs = [NodeSpec("wf/a", kind="slow"), NodeSpec("wf/b", kind="reader", upstream=(("wf/a", "x"),)),
+                 NodeSpec("wf/p", kind="fast"), NodeSpec("wf/q", kind="reader", upstream=(("wf/p", "x"),)), NodeSpec("wf/n", kind="new")]  # fmt: skip
+        engine.update_graph(WorkflowGraph.from_specs(specs))
+        for key, nbytes, seconds in (("wf/a", 1536 * 2**10, 1.0), ("wf/b", 0, 0.0), ("wf/p", 1536 * 2**10, 0.0)):
+            (engine.place(key).physical / "data.bin").write_bytes(b"x" * nbytes)
+            time.sleep(seconds)
+            engine.node_finished(key)
+        a = engine.run.nodes["wf/a"]
+        assert a.checkpoint and a.flushes_pending and not a.consumers_left, "a's optional copy is not under way: the test proves nothing"
+        assert engine.run.stager.needed_backlog == 0 and not engine.run.hierarchy.has_room(engine.run.estimate("wf/n"))
+        assert not engine.may_start("wf/n", running=0), "n spilled home although a's directory leaves as its copy commits"
+        engine.run.stager.drain()
+        assert a.evicted and engine.may_start("wf/n", running=0)
+        engine.close()
