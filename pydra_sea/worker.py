@@ -263,7 +263,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             return await self._dask_run.run(run_task, job, rerun, type(self))
         found = self._locate(job)
         if found is None:  # a lone task, not part of a workflow: nothing to place
-            return await self._in_process(job, rerun)
+            return await self._in_process(job, rerun, placed=False)
         workflow_job, graph, node = found
         self._register(workflow_job, graph, node)
         key, home = job.checksum, Path(self._workflows[0].cache_root)
@@ -294,8 +294,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             await self._settled(key, quiet=True)
         return await self._in_process(job, rerun)
 
-    async def _in_process(self, job, rerun: bool, view=None):
+    async def _in_process(self, job, rerun: bool, view=None, placed: bool = True):
         """Run the job in one of cf's processes, in its ``view`` (:class:`sea.view.View`) if given.
+        A lone task (not ``placed``) has its checksum asked for after the run, as under cf: the
+        Submitter then looks for its result under the checksum of its inputs as they are then (a job
+        that changed its input file finds none, and the Submitter raises, as under cf).
         A process that died under it (the OOM killer) broke the pool for every job in it: the pool is
         replaced for the jobs to come, and the error goes to the caller (a job Sea placed runs again,
         see :meth:`_run_placed`)."""
@@ -303,12 +306,13 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         with self._watching():
             try:
                 measured = await asyncio.get_running_loop().run_in_executor(
-                    pool, functools.partial(self.uncloudpickle_and_run, consumed=self._consumed.get(job.checksum), view=view), cp.dumps(job), rerun
+                    pool, functools.partial(self.uncloudpickle_and_run, consumed=self._consumed.get(job.checksum) if placed else None, view=view), cp.dumps(job), rerun
                 )
             except BrokenProcessPool:
                 await self._retire(pool)
                 raise
-        self._memory[job.checksum] = measured.memory
+        if placed:
+            self._memory[job.checksum] = measured.memory
         if measured.view_refused and self.engine is not None:
             self.engine.view_refused(measured.view_refused)
         return measured.result

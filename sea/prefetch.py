@@ -49,7 +49,7 @@ import psutil
 
 from .config import PrefetchSpec
 from .sizes import parse_fraction, parse_size
-from .stager import CHUNK, atomic_copy
+from .stager import CHUNK, atomic_copy, is_temporary, overwrite
 from .tiers import StorageHierarchy, Tier
 
 logger = logging.getLogger("sea")
@@ -71,6 +71,8 @@ class _Copy:
     done: bool = False  # the copy ended
     ok: bool = False  # ... and ``target`` is complete
     skipped: bool = False  # not copied: under MEASURED_BYTES while enabled: auto had not measured
+    # the copy's files as it was made: name -> (size, mtime, ctime); a reader's change shows in them
+    made: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +80,7 @@ class PrefetchStats:
     files: int = 0  # files copied ahead (companions not counted)
     bytes: int = 0
     hits: int = 0  # inputs a reader read from a copy
+    written_back: int = 0  # files a reader changed (or wrote) in a copy's directory, put at the original's place
     misses: int = 0  # inputs a reader read from the shared filesystem: the copy was not there in time
     slowdown: float | None = None  # enabled: auto: the measured copy's time over copying it again within the tier
     stopped: bool = False  # ... under PAYS_FROM: prefetch stopped
@@ -198,11 +201,18 @@ class Prefetcher:
                     self.stats.hits += 1
                 elif not copy.skipped and self._pays:  # stopped (auto), it reads the original by decision
                     self.stats.misses += 1
+                    logger.debug("[Sea] prefetch: %s reads %s from the shared filesystem (%s)", reader, source,
+                                 "its copy failed" if copy.done else "its copy had not started: no room within the budget")  # fmt: skip
         self.advance()
         return found
 
     def reader_done(self, reader: str) -> None:
-        """``reader`` finished (or failed, or was found done): copies nobody else reads go."""
+        """``reader`` finished (or failed, or was found done): what it changed in its copies is put
+        at the originals' place (:meth:`_write_back`), and copies nobody else reads go."""
+        with self._lock:
+            made = [copy for source in self._files.get(reader, ()) if (copy := self._copies[source]).ok]
+        for copy in made:  # still read by ``reader``: not dropped meanwhile
+            self._write_back(copy)
         with self._lock:
             self._started.add(reader)
             self._position.pop(reader, None)
@@ -224,6 +234,31 @@ class Prefetcher:
         with self._lock:
             for copy in list(self._copies.values()):
                 self._drop(copy)
+
+    def _write_back(self, copy: _Copy) -> None:
+        """Without prefetch a reader that changes its input in place (or writes a file beside it)
+        changes the original: what a reader changed or added in the copy's directory is put there,
+        before the copy may go (a file's ctime moves with any change to it)."""
+        try:
+            entries = [e for e in os.scandir(copy.target.parent) if e.is_file(follow_symlinks=False) and not is_temporary(e.name)]
+        except OSError:
+            return
+        for entry in entries:
+            st = entry.stat(follow_symlinks=False)
+            now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if copy.made.get(entry.name) == now:
+                continue
+            original = copy.source.parent / entry.name
+            try:
+                if entry.name in copy.made and original.is_file():
+                    overwrite(Path(entry.path), original)
+                else:
+                    atomic_copy(Path(entry.path), original)
+            except OSError as exc:
+                logger.warning("[Sea] a node changed %s, a prefetched copy of %s, and the change could not be put there (%s)", entry.path, original, exc)
+                continue
+            copy.made[entry.name] = now
+            self.stats.written_back += 1
 
     # ------------------------------------------------------------------ copies
     def _start(self, copy: _Copy) -> bool:
@@ -261,6 +296,7 @@ class Prefetcher:
             for source in companions:
                 atomic_copy(source, copy.target.parent / source.name)
             atomic_copy(copy.source, copy.target)
+            made = {p.name: os.lstat(p) for p in [*(copy.target.parent / c.name for c in companions), copy.target]}
         except OSError as exc:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
@@ -272,6 +308,7 @@ class Prefetcher:
             return
         with self._lock:
             copy.done = copy.ok = True
+            copy.made = {name: (st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in made.items()}
             self._under_way.discard(copy.source)
             self.stats.files += 1
             self.stats.bytes += copy.size

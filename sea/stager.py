@@ -307,6 +307,26 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
+def overwrite(src: Path, dst: Path) -> int:
+    """Write ``src``'s bytes over the file ``dst`` in place (its inode kept, as a program changing
+    its file does), holes kept, synced, with ``src``'s mode and times; returns the bytes copied."""
+    fin = open_to_read(src)
+    try:
+        fout = os.open(dst, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        try:
+            size = _copy_file(fin, fout, None)
+            st = os.fstat(fin)
+            if stat.S_IMODE(os.fstat(fout).st_mode) != stat.S_IMODE(st.st_mode):
+                os.fchmod(fout, stat.S_IMODE(st.st_mode))
+            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.fsync(fout)
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return size
+
+
 def _put_in_place(tmp: Path | None, dst: Path) -> None:
     """Rename a written temporary over its final name (``None``: made in place already)."""
     if tmp is not None:

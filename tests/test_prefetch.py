@@ -334,3 +334,58 @@ def test_a_shared_filesystem_mounted_below_a_tier_is_read_ahead_and_the_tiers_ow
         assert list(copies) == [str(shared)] and Path(copies[str(shared)]).read_bytes() == shared.read_bytes()
         engine.close()
         assert sorted(p.name for p in disk_dir.iterdir()) == sorted(["local", mount.name]), "a copy or Sea's directory was left"
+
+
+def test_what_a_reader_changes_in_its_copy_is_put_at_the_original(tmp_path, shm_dir):
+    """Without prefetch a node that changes its input in place changes the original: a reader that
+    appended to its copy, and wrote a file beside it, leaves both at the original's place once it
+    finished (the original's inode kept), and what it did not change is not written again."""
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, lookahead=1)
+    (source,) = _files(tmp_path / "shared", 1)
+    sidecar = source.with_suffix(".json")
+    inode, sidecar_ctime = source.stat().st_ino, sidecar.stat().st_ctime_ns
+    prefetcher.expect("wf/a", [source])
+    prefetcher.advance()
+    copy = Path(prefetcher.copies_for("wf/a")[str(source)])
+    with open(copy, "ab") as f:
+        f.write(b"appended in place")
+    (copy.parent / "note.txt").write_text("written beside its input")
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes() == bytes([0]) * 2**20 + b"appended in place" and source.stat().st_ino == inode
+    assert (source.parent / "note.txt").read_text() == "written beside its input"
+    assert sidecar.stat().st_ctime_ns == sidecar_ctime, "the sidecar, unchanged, was written again"
+    assert prefetcher.stats.written_back == 2
+    assert not list((shm_dir).rglob("*.nii")), "the copy was left on the tier"
+
+
+def _append_to(in_file):
+    with open(in_file, "ab") as f:
+        f.write(b"appended by the node")
+    return in_file
+
+
+def _read_size(in_file):
+    import os
+
+    return os.path.getsize(in_file)
+
+
+def test_a_node_changing_its_input_in_place_changes_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    from nipype import Function, Node, Workflow
+
+    sizes = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        (source,) = _files(disk_dir / plugin, 1)
+        wf = Workflow(name="in_place", base_dir=str(tmp_path / plugin))
+        append = Node(Function(input_names=["in_file"], output_names=["out_file"], function=_append_to), name="append")
+        append.inputs.in_file = str(source)
+        size = Node(Function(input_names=["in_file"], output_names=["size"], function=_read_size), name="size")
+        wf.connect(append, "out_file", size, "in_file")
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
+        (node,) = [n for n in graph.nodes() if n.name == "size"]
+        sizes[plugin] = (node.result.outputs.size, source.read_bytes())
+    assert sizes["SeaMultiProc"] == sizes["MultiProc"]
+    assert sizes["MultiProc"][1].endswith(b"appended by the node")
+    assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits >= 1

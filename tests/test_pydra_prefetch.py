@@ -109,3 +109,35 @@ def test_a_job_handing_on_the_file_it_read_hands_on_the_original(tmp_path, shm_d
 def _task_of(job_dir: Path) -> str:
     with open(job_dir / "_job.pklz", "rb") as f:
         return type(cp.load(f).task).__name__
+
+
+@python.define(outputs=["out"])
+def AppendTo(in_file: File) -> File:
+    with open(in_file, "ab") as f:
+        f.write(b"appended by the job")
+    return in_file
+
+
+@workflow.define(outputs=["size"])
+def AppendAndMeasure(in_file: File) -> int:
+    appended = workflow.add(AppendTo(in_file=in_file), name="append")
+    return workflow.add(Size(in_file=appended.out), name="size").out
+
+
+def test_a_job_changing_its_input_in_place_changes_the_original_as_under_cf(tmp_path, shm_dir, disk_dir):
+    """Pydra fails a job that changed a ``File`` input (its hash changed); the change itself is
+    made in the original under cf, and so under sea, where the job changed a prefetched copy. A
+    lone task so changed makes the Submitter raise, under both."""
+    changed = {}
+    for seed, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
+        # images of their own (Pydra reuses a workflow constructed for the same inputs' hash)
+        (image,) = make_images(disk_dir / worker, 1, seed=44 + seed)
+        before = image.read_bytes()
+        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
+            result = sub(AppendAndMeasure(in_file=image))
+        changed[worker] = (result.errored, image.read_bytes() == before + b"appended by the job")
+        with pytest.raises(RuntimeError, match="hashes have changed during the execution"):
+            with Submitter(worker=worker, cache_root=tmp_path / f"{worker}-lone", n_procs=2, **sea) as sub:
+                sub(AppendTo(in_file=image))
+    assert changed["sea"] == changed["cf"] == (True, True)
+    assert RunReport.from_json(tmp_path / "sea" / "sea-report.json").prefetch_hits == 1
