@@ -456,10 +456,11 @@ class SeaEngine:
         """Whether ready node ``key`` may be placed now to wait for a process in the adapter's pool
         (Pydra's worker keeps a few jobs queued there, as ``cf`` queues them all, so that no process
         waits for the engine's loop): only where a fast tier has room for it beside what is placed,
-        so that no node spills for one that only waits. Not while prefetch may copy: it copies the
-        inputs of the next jobs in the order processes are handed out, and a job placed ahead of
-        that order would read the shared filesystem instead."""
-        if self.prefetching:
+        so that no node spills for one that only waits. One whose input files prefetch may copy
+        goes ahead only once they are copied: prefetch copies the inputs of the next jobs in the
+        order processes are handed out, and a job placed ahead of that order would read the shared
+        filesystem instead."""
+        if self.prefetcher is not None and not self.prefetcher.copied(key):
             return False
         with self._lock:
             return self.hierarchy.has_room(self.run.estimate(key))

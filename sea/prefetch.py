@@ -171,12 +171,21 @@ class Prefetcher:
         filesystem beside them, or wait for its copy in :meth:`copies_for`). With no copy under
         way, it starts and reads what has no copy from the shared filesystem."""
         with self._lock:
-            if self._pays is False:
-                return False
-            copies = [self._copies.get(source) for source in self._files.get(reader, ())]
-            if all(copy is not None and (copy.ok or copy.skipped) for copy in copies):
+            if self._copied(reader):
                 return False
             return bool(self._under_way) or self._probe is not None
+
+    def copied(self, reader: str) -> bool:
+        """Whether ``reader`` would read no input from the shared filesystem beside a copy: each has
+        a complete copy, or is read where it is by decision (or it reads none, or prefetch stopped)."""
+        with self._lock:
+            return self._copied(reader)
+
+    def _copied(self, reader: str) -> bool:
+        if self._pays is False:
+            return True
+        copies = [self._copies.get(source) for source in self._files.get(reader, ())]
+        return all(copy is not None and (copy.ok or copy.skipped) for copy in copies)
 
     def copies_for(self, reader: str) -> dict[str, str]:
         """``reader`` starts now: source path -> its complete copy, for the inputs that have one."""

@@ -176,8 +176,6 @@ def test_a_job_goes_ahead_of_a_free_process_only_where_a_tier_has_room_for_it(di
     from sea import NodeSpec
 
     engine = _engine(disk_dir, shm_dir, [NodeSpec(f"wf/{k}", kind="job") for k in "abc"])
-    assert engine.prefetching and not engine.may_go_ahead("wf/a"), "a job ahead of prefetch's order would read the shared filesystem"
-    engine.prefetcher = None  # prefetch off (or auto found it does not pay)
     assert engine.may_go_ahead("wf/a")
     engine.place("wf/a")
     assert engine.may_go_ahead("wf/b")
@@ -214,3 +212,29 @@ def test_a_node_waits_for_the_room_an_optional_checkpoints_copy_frees_as_it_comm
         engine.run.stager.drain()
         assert a.evicted and engine.may_start("wf/n", running=0)
         engine.close()
+
+
+def test_a_job_whose_input_files_prefetch_copies_goes_ahead_only_once_they_are_copied(disk_dir, shm_dir):
+    """Prefetch copies the input files of the next jobs in the order processes are handed out: a job
+    placed ahead of that order would read the shared filesystem instead, so it waits for a process;
+    a job that reads nothing there goes ahead, prefetch on or not (issue 36: with the default
+    ``prefetch: auto`` every job waited)."""
+    from sea import NodeSpec, SeaConfig, SeaEngine, WorkflowGraph
+
+    shared = disk_dir / "shared"
+    shared.mkdir()
+    for name in ("x.nii", "a.nii"):
+        (shared / name).write_bytes(b"x" * 1024)
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "prefetch": {"enabled": True, "lookahead": 1}, "progress": "off"})
+    engine = SeaEngine(config, disk_dir / "home")
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec(f"wf/{k}", kind="job") for k in "xab"]))
+    engine.expect_reads("wf/x", [str(shared / "x.nii")], position=0)
+    engine.expect_reads("wf/a", [str(shared / "a.nii")], position=1)  # beyond the lookahead: not copied yet
+    assert not engine.may_go_ahead("wf/a"), "a job ahead of prefetch's order would read the shared filesystem"
+    assert engine.may_go_ahead("wf/b"), "a job that reads no shared file waits for prefetch"
+    assert str(shared / "x.nii") in engine.prefetched("wf/x")  # x starts: a is next, its copy starts
+    deadline = time.monotonic() + 30
+    while not engine.prefetcher.copied("wf/a") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.may_go_ahead("wf/a"), "a, its input copied, does not go ahead"
+    engine.close()
