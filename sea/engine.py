@@ -584,13 +584,17 @@ class SeaEngine:
         self.log.debug("[Sea] unpacked the checkpoint of %s to %s", key, placement.tier.name)
         return True
 
-    def node_finished(self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = (), memory: int | None = None) -> None:
+    def node_finished(
+        self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = (), memory: int | None = None, started: float | None = None
+    ) -> None:
         """``reads``: paths the node's inputs named; those of files outside the home and the tiers
         (the workflow's input data) are fingerprinted in the journal, so that a rerun after one of
         them changed does not reuse what was made from it. ``gives``: paths its outputs name; those
         in other nodes' directories (inputs it passes on) stay until its consumers finished.
         ``memory``: the most memory the node held, measured in its process (:class:`sea.memory.JobPeak`):
-        nodes of its kind reserve at least that from now on, in later runs too."""
+        nodes of its kind reserve at least that from now on, in later runs too. ``started``: when it
+        began to run (``time.monotonic()``), where that is later than its placement (a job placed to
+        wait in a pool's queue): its run time, which nodes of its kind are expected to take, counts from then."""
         with self._lock:
             if memory:
                 self._measured(key, memory)
@@ -604,6 +608,8 @@ class SeaEngine:
             self.hierarchy.check(p.tier)  # its results are read from there
             node.state = State.FINISHED
             node.finished = time.monotonic()
+            if started is not None and node.started and node.started < started <= node.finished:
+                node.started = started
             size, files = disk_usage(p.physical)
             staged = staged_files = 0
             if p.staging_root is not None:
@@ -828,7 +834,7 @@ class SeaEngine:
         self.run.running.pop(node.spec.key, None)
         self.run.release_memory(node.spec.key)
         ran = node.finished - node.started if node.started and node.finished else None
-        self._work_left.done(node.spec.kind, ran)
+        self._work_left.done(node.spec.kind, ran, node.started or None)
 
     def progress_snapshot(self) -> Snapshot:
         """The run's figures now, as :mod:`sea.progress` shows them."""
@@ -838,7 +844,7 @@ class SeaEngine:
             done = self.report.nodes_run + self.report.nodes_cached + self.report.nodes_failed
             running = list(self.run.running.values())
             held = [(t, t.used) for t in self.hierarchy.fast_tiers]
-            eta = self._work_left.eta(elapsed)
+            eta = self._work_left.eta(now)
         tiers = [(str(t.root), used, t.room_in_all()) for t, used in held]  # a statfs each: outside the lock
         backlog_bytes, backlog_files = self.stager.backlog
         rate = self._copy_rate(now, self.stager.committed_bytes)

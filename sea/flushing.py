@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,7 +32,7 @@ from .placement import STAGING_DIR, Placer
 from .prefetch import PREFETCH_DIR
 from .private import rmtree
 from .run_state import NodeState, Run, SeaHomeMoved, State
-from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, temporary_name, walk_files
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, link_beside, temporary_name, walk_files
 from .view import VIEWS_DIR
 
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
@@ -502,6 +501,4 @@ def _copy_or_link(src: Path, dst: Path, linked: dict[tuple[int, int], Path], gua
             linked.setdefault((st.st_dev, st.st_ino), dst)
         return
     guard()
-    tmp = dst.parent / temporary_name(dst.name, secrets.token_hex(4))
-    os.link(first, tmp)
-    os.replace(tmp, dst)
+    os.replace(link_beside(first, dst), dst)

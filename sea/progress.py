@@ -110,14 +110,17 @@ class WorkLeft:
         self._learned = learned  # kind -> seconds, updated by the engine's estimator
         self._pending: dict[str, int] = {}
         self.busy = 0.0  # seconds nodes of this run have run, all together
+        self.since: float | None = None  # when the first node started (the parallelism is measured from then)
 
     def add(self, kind: str) -> None:
         self._pending[kind] = self._pending.get(kind, 0) + 1
 
-    def done(self, kind: str, seconds: float | None = None) -> None:
+    def done(self, kind: str, seconds: float | None = None, started: float | None = None) -> None:
         if self._pending.get(kind):
             self._pending[kind] -= 1
         self.busy += seconds or 0.0
+        if started is not None and (self.since is None or started < self.since):
+            self.since = started
 
     def seconds(self) -> float | None:
         """``None`` until some kind has a run time."""
@@ -127,12 +130,20 @@ class WorkLeft:
         typical = sum(known) / len(known)  # for kinds not seen yet
         return sum(n * self._learned.get(kind, typical) for kind, n in self._pending.items())
 
-    def eta(self, elapsed: float) -> float | None:
-        """Work left over the parallelism seen so far (busy seconds per second of the run)."""
+    def eta(self, now: float) -> float | None:
+        """Work left over the parallelism seen since the first node started (busy seconds per second
+        of the run from then: the time before it, the engine's own start, is no node's).
+
+        >>> left = WorkLeft({"Smooth": 10.0})
+        >>> for _ in range(4): left.add("Smooth")
+        >>> left.done("Smooth", 10.0, started=2.0); left.done("Smooth", 10.0, started=2.0)
+        >>> left.eta(now=12.0)  # 2 x 10 s left, 2 at a time
+        10.0
+        """
         left = self.seconds()
-        if left is None or self.busy <= 0 or elapsed <= 0:
+        if left is None or self.busy <= 0 or self.since is None or now <= self.since:
             return None
-        return left / max(self.busy / elapsed, 0.1)
+        return left / max(self.busy / (now - self.since), 0.1)
 
 
 class Rate:

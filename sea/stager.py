@@ -327,6 +327,14 @@ def overwrite(src: Path, dst: Path) -> int:
     return size
 
 
+def link_beside(target: str | Path, dst: str | Path) -> Path:
+    """Another name (a hard link) for the file ``target``, under a temporary name next to ``dst``:
+    renamed over ``dst``, it keeps two names of one file one file, as a node made them."""
+    tmp = Path(dst).parent / temporary_name(Path(dst).name, secrets.token_hex(4))
+    os.link(target, tmp)
+    return tmp
+
+
 def _put_in_place(tmp: Path | None, dst: Path) -> None:
     """Rename a written temporary over its final name (``None``: made in place already)."""
     if tmp is not None:

@@ -31,7 +31,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import secrets
 import shutil
 import stat
 import time
@@ -39,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stager import stage_copy, temporary_name
+from .stager import link_beside, stage_copy
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
@@ -273,8 +272,7 @@ class View:
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
             return
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
-            tmp = os.path.join(os.path.dirname(dst), temporary_name(os.path.basename(dst), secrets.token_hex(4)))
-            os.link(linked[st.st_dev, st.st_ino], tmp)  # another name of a file it made: one file, as it made it
+            tmp = link_beside(linked[st.st_dev, st.st_ino], dst)  # another name of a file it made: one file, as it made it
         elif stat.S_ISREG(st.st_mode) and (there is None or stat.S_ISREG(there.st_mode)) and self.replays is not None:
             self._put_file(src, dst, rel, st, started, sizes.get(rel))
             if st.st_nlink > 1:

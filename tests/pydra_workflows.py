@@ -141,3 +141,26 @@ def RerunStudy(in_files: list[File], threshold: float = 0.5, seconds: float = 0.
     """Per subject (a nested workflow, split and combined): an expensive step, a cheap one, a last step."""
     subject = workflow.add(RerunSubject(threshold=threshold, seconds=seconds).split(in_file=in_files).combine("in_file"), name="subject")
     return subject.out
+
+
+@python.define(outputs=["out"])
+def SleepStep(i: int, seconds: float) -> int:
+    import time
+
+    time.sleep(seconds)
+    return i + 1
+
+
+@workflow.define(outputs=["out"])
+def SleepFan(values: list[int], seconds: float) -> list[int]:
+    """One node split over ``values``: jobs of ``seconds`` each (the fan-out of the ETA test)."""
+    return workflow.add(SleepStep(seconds=seconds).split(i=values).combine("i"), name="work").out
+
+
+@workflow.define(outputs=["out"])
+def SleepChain(values: list[int], seconds: float) -> list[int]:
+    """Three nodes in a chain over a split (``values`` far enough apart that no two jobs share a checksum)."""
+    previous = workflow.add(SleepStep(seconds=seconds).split(i=values), name="step_1")
+    for k in (2, 3):
+        previous = workflow.add(SleepStep(i=previous.out, seconds=seconds), name=f"step_{k}")
+    return previous.out
