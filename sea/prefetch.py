@@ -35,6 +35,7 @@ source's timestamps.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -49,7 +50,7 @@ import psutil
 
 from .config import PrefetchSpec
 from .sizes import parse_fraction, parse_size
-from .stager import CHUNK, atomic_copy, is_temporary, overwrite
+from .stager import CHUNK, atomic_copy, is_temporary, put_back
 from .tiers import StorageHierarchy, Tier
 
 logger = logging.getLogger("sea")
@@ -73,6 +74,8 @@ class _Copy:
     skipped: bool = False  # not copied: under MEASURED_BYTES while enabled: auto had not measured
     # the copy's files as it was made: name -> (size, mtime, ctime); a reader's change shows in them
     made: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # the originals as they were copied: name -> (device, inode, size, mtime); one changed since is not the copy's
+    origins: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -205,6 +208,8 @@ class Prefetcher:
         with self._lock:
             for source in sources:
                 copy = self._copies[source]
+                if copy.ok and not self._fresh(copy):
+                    copy.ok = False  # stale: its readers from now on read the original (it goes with its last reader)
                 if copy.ok:
                     found[str(source)] = str(copy.target)
                     self.stats.hits += 1
@@ -244,6 +249,14 @@ class Prefetcher:
             for copy in list(self._copies.values()):
                 self._drop(copy)
 
+    def _fresh(self, copy: _Copy) -> bool:
+        """The original is still the file that was copied, as it was (a node that ran since may have
+        changed it through another path: its readers read the original, as without prefetch)."""
+        try:
+            return _identity(os.stat(copy.source)) == copy.origins.get(copy.source.name)
+        except OSError:
+            return False
+
     def _write_back(self, copy: _Copy) -> None:
         """Without prefetch a reader that changes its input in place (or writes a file beside it)
         changes the original: what a reader changed or added in the copy's directory is put there,
@@ -259,14 +272,17 @@ class Prefetcher:
                 continue
             original = copy.source.parent / entry.name
             try:
-                if entry.name in copy.made and original.is_file():
-                    overwrite(Path(entry.path), original)
+                if entry.name in copy.origins:
+                    put_back(Path(entry.path), original, copy.origins[entry.name][:2])
                 else:
                     atomic_copy(Path(entry.path), original)
             except OSError as exc:
                 logger.warning("[Sea] a node changed %s, a prefetched copy of %s, and the change could not be put there (%s)", entry.path, original, exc)
                 continue
             copy.made[entry.name] = now
+            if entry.name in copy.origins:  # the original is the copy again: fresh for its next readers
+                with contextlib.suppress(OSError):
+                    copy.origins[entry.name] = _identity(os.stat(original))
             self.stats.written_back += 1
 
     # ------------------------------------------------------------------ copies
@@ -302,6 +318,7 @@ class Prefetcher:
 
     def _copy(self, copy: _Copy, companions: list[Path]) -> None:
         try:
+            origins = {p.name: _identity(os.stat(p)) for p in [*companions, copy.source]}
             for source in companions:
                 atomic_copy(source, copy.target.parent / source.name)
             atomic_copy(copy.source, copy.target)
@@ -318,6 +335,7 @@ class Prefetcher:
         with self._lock:
             copy.done = copy.ok = True
             copy.made = {name: (st.st_size, st.st_mtime_ns, st.st_ctime_ns) for name, st in made.items()}
+            copy.origins = origins
             self._under_way.discard(copy.source)
             self.stats.files += 1
             self.stats.bytes += copy.size
@@ -413,6 +431,10 @@ def _copy_start(source: Path, target: Path, nbytes: int) -> int:
     finally:
         os.close(fin)
     return written
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _companions(source: Path) -> list[Path]:

@@ -307,24 +307,54 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
-def overwrite(src: Path, dst: Path) -> int:
-    """Write ``src``'s bytes over the file ``dst`` in place (its inode kept, as a program changing
-    its file does), holes kept, synced, with ``src``'s mode and times; returns the bytes copied."""
-    fin = open_to_read(src)
+def put_back(src: Path, dst: Path, identity: tuple[int, int]) -> None:
+    """Put ``src``, a copy of the file ``dst`` a node changed, at ``dst``, as the node's change would
+    have left it there: only if ``dst`` is still the file that was copied (``identity``: its device
+    and inode; not one another user put in its place since), with the copy's mode, times and bytes.
+    Bytes appended are appended (the inode kept); a file rewritten is written anew beside it and
+    renamed over it (its owner kept), so that a kill leaves the old file or the new, never a
+    truncated one."""
+    fd = os.open(dst, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        fout = os.open(dst, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != identity or not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.ESTALE, "it is not the file that was copied any more")
+        fin = open_to_read(src)
         try:
-            size = _copy_file(fin, fout, None)
-            st = os.fstat(fin)
-            if stat.S_IMODE(os.fstat(fout).st_mode) != stat.S_IMODE(st.st_mode):
-                os.fchmod(fout, stat.S_IMODE(st.st_mode))
-            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
-            os.fsync(fout)
+            new = os.fstat(fin)
+            if stat.S_IMODE(st.st_mode) != stat.S_IMODE(new.st_mode):
+                os.fchmod(fd, stat.S_IMODE(new.st_mode))  # the node's chmod (one making it writable comes first)
+            if new.st_size >= st.st_size and _same_bytes(fd, fin, st.st_size):
+                fout = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)  # this very file, for writing
+                try:
+                    os.lseek(fout, st.st_size, os.SEEK_SET)
+                    _copy_data(fin, fout, None, start=st.st_size)
+                    os.utime(fout, ns=(new.st_atime_ns, new.st_mtime_ns))
+                    os.fsync(fout)
+                finally:
+                    os.close(fout)
+                return
         finally:
-            os.close(fout)
+            os.close(fin)
+        real = Path(os.path.realpath(f"/proc/self/fd/{fd}"))
+        tmp, _, _ = stage_copy(src, real)
+        if os.geteuid() == 0:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        _put_in_place(tmp, real)
+        fsync_dir(real.parent)
     finally:
-        os.close(fin)
-    return size
+        os.close(fd)
+
+
+def _same_bytes(a: int, b: int, length: int) -> bool:
+    """The first ``length`` bytes of the files ``a`` and ``b`` are the same."""
+    offset = 0
+    while offset < length:
+        n = min(CHUNK, length - offset)
+        if os.pread(a, n, offset) != os.pread(b, n, offset):
+            return False
+        offset += n
+    return True
 
 
 def link_beside(target: str | Path, dst: str | Path) -> Path:

@@ -389,3 +389,58 @@ def test_a_node_changing_its_input_in_place_changes_the_original_as_under_multip
     assert sizes["SeaMultiProc"] == sizes["MultiProc"]
     assert sizes["MultiProc"][1].endswith(b"appended by the node")
     assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits >= 1
+
+
+def _one_copy(tmp_path, shm_dir, mib: int = 1):
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, lookahead=1)
+    (source,) = _files(tmp_path / "shared", 1, mib)
+    prefetcher.expect("wf/a", [source])
+    prefetcher.advance()
+    return prefetcher, source
+
+
+def test_a_reader_rewriting_its_copy_replaces_the_original_whole_never_truncating_it(tmp_path, shm_dir):
+    """A copy rewritten (not appended to) goes to the original's place as a new file renamed over
+    it, so that a kill leaves the old file or the new one; appended bytes are appended, the original's
+    inode kept (a kill mid-way leaves its old bytes and part of the new, as the node's own write would)."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    inode = source.stat().st_ino
+    copy = Path(prefetcher.copies_for("wf/a")[str(source)])
+    copy.write_bytes(b"rewritten")
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes() == b"rewritten"
+    assert source.stat().st_ino != inode, "the original was truncated and rewritten in place: a kill then leaves it empty"
+
+
+def test_a_write_back_goes_only_to_the_file_that_was_copied(tmp_path, shm_dir):
+    """Another user who can write in the input's directory swaps the input for a link to a file of
+    the run's user while a node changes its copy: nothing is written through the link, and it is said."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    copy = Path(prefetcher.copies_for("wf/a")[str(source)])
+    victim = tmp_path / "secret"
+    victim.write_text("the run's user's own file")
+    victim.chmod(0o600)
+    source.unlink()
+    source.symlink_to(victim)
+    with open(copy, "ab") as f:
+        f.write(b"appended by the node")
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert victim.read_text() == "the run's user's own file" and oct(victim.stat().st_mode & 0o777) == "0o600"
+    assert source.is_symlink() and prefetcher.stats.written_back == 0
+
+
+def test_a_copy_whose_original_changed_since_is_not_handed_out(tmp_path, shm_dir):
+    """A node that ran meanwhile changed the original through another path: the reader reads the
+    original, as without prefetch (it read the copy as it was before that node ran)."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    deadline = __import__("time").monotonic() + 30
+    while prefetcher.pending("wf/a") and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.01)
+    with open(tmp_path / "shared" / ".." / "shared" / source.name, "ab") as f:
+        f.write(b"appended by an earlier node")
+    assert prefetcher.copies_for("wf/a") == {}
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes().endswith(b"appended by an earlier node")
