@@ -94,8 +94,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
 
     # ------------------------------------------------------------------ run
     def run(self, graph, config, updatehash=False):
-        if graph.number_of_nodes() == 0:
-            return super().run(graph, config, updatehash=updatehash)
+        if graph.number_of_nodes() == 0:  # MultiProc fails too (a networkx traceback)
+            raise console.SeaError("the workflow has no nodes to run: add them with workflow.add_nodes([...]) or workflow.connect(...)")
         home = nx_.workflow_home(graph)
         if home is None:  # Nipype would give each node a temporary directory of its own
             home = nx_.use_temporary_home(graph)

@@ -443,3 +443,15 @@ def test_random_configs_give_one_line_or_a_working_hierarchy(disk_dir, shm_dir, 
         check()
     print(f"random configurations: {outcomes}")
     assert outcomes["refused"] >= 50 and outcomes["accepted"] >= 20, outcomes
+
+
+def test_a_workflow_with_no_nodes_is_one_line(disk_dir, shm_dir):
+    """MultiProc fails on it in a networkx traceback; SeaMultiProc failed in one of its own (an
+    engine not made yet): one line saying what to do."""
+    from nipype import Workflow
+
+    from sea.console import SeaError
+
+    wf = Workflow(name="empty", base_dir=str(disk_dir / "work"))
+    with pytest.raises(SeaError, match="the workflow has no nodes to run"):
+        wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
