@@ -294,6 +294,12 @@ def read_copies(node, copies: dict[str, str]) -> int:
     return _rewrite_inputs(node, lambda path: copies.get(path, path), linked_too=False)
 
 
+def read_originals(node, copies: dict[str, str]) -> None:
+    """Point the node's inputs back at the files :func:`read_copies` gave it copies of."""
+    originals = {copy: original for original, copy in copies.items()}
+    _rewrite_inputs(node, lambda path: originals.get(path, path), linked_too=False)
+
+
 def restore_originals(directory: Path, copies: dict[str, str]) -> None:
     """A node that ran on prefetched copies may hand their paths on in its outputs (a function
     returning its input, a gradient table made of two file names): its saved result is rewritten

@@ -240,6 +240,8 @@ class SeaMultiProcPlugin(nx_.EventedMultiProc):
         placement = self.engine.retry_elsewhere(key, traceback_text)
         if placement is None:
             return False
+        if copies := self._copies.pop(key, None):  # it reruns on the original files (one it could not replace, say)
+            nx_.read_originals(node, copies)
         nx_.set_run_dir(node, placement.physical)
         spec = self.engine.graph.nodes.get(key)  # None: a MapNode's sub-node
         destination = placement.staging or (spec.sink_destination if spec is not None else None)  # placed home now: its own

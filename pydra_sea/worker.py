@@ -391,14 +391,16 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             copies = await asyncio.get_running_loop().run_in_executor(None, engine.prefetched, key)  # may wait for a copy
         originals, copy_dirs = px_.read_copies(job, copies)
         try:
-            result = await self._run_placed(job, key, rerun, copy_dirs)
+            result = await self._run_placed(job, key, rerun, copy_dirs, on_originals=lambda: px_.put_back_inputs(job, originals))
         finally:
             px_.put_back_inputs(job, originals)
         px_.restore_originals(Path(job.cache_dir), copy_dirs)
         return result
 
-    async def _run_placed(self, job, key: str, rerun: bool, copy_dirs: dict[Path, Path] | None = None):
-        """``copy_dirs``: the directories of the prefetched copies its inputs name -> the originals'."""
+    async def _run_placed(self, job, key: str, rerun: bool, copy_dirs: dict[Path, Path] | None = None, on_originals=None):
+        """``copy_dirs``: the directories of the prefetched copies its inputs name -> the originals';
+        ``on_originals`` points its inputs at the originals again: a job run again elsewhere (one that
+        could not replace its input in the view, say) reads them."""
         engine = self.engine
         placement = engine.place(key, link=False)
         copies = {str(original / f.name): str(f) for copy, original in (copy_dirs or {}).items() for f in copy.iterdir()}
@@ -426,6 +428,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 if placement is None:
                     engine.node_failed(key)
                     raise
+                if copies and on_originals is not None:
+                    on_originals()
+                    copies = {}
             except (KeyboardInterrupt, SystemExit):  # a stop: left running, the run's stop drops it
                 raise
             except BaseException:  # cancelled: its process may still hold it (close() cleans up)

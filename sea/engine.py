@@ -468,10 +468,16 @@ class SeaEngine:
     def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
         """A node failed: if it ran out of space on a fast tier, or could not run a program from
         its directory on a tier mounted ``noexec`` (where the engine's own plugin, in the home,
+        would have), or could not replace, rename or remove an input file it read from a prefetched
+        copy (bound over the original in its view: a mount point, where the engine's own plugin
         would have), place it on the next tier and return the new placement so the adapter reruns
-        it; otherwise ``None``."""
+        it, on the original input files; otherwise ``None``."""
+        read_copies = self.prefetcher is not None and self.prefetcher.gave(key)
         with self._lock:
-            return self.placer.retry_elsewhere(key, error_text, link)
+            placement = self.placer.retry_elsewhere(key, error_text, link, read_copies)
+        if placement is not None and read_copies:
+            self.prefetcher.reads_originals(key)  # what the first attempt did to its copies is not its work
+        return placement
 
     def worker_lost(self, key: str, running: int) -> bool:
         """The process running ``key`` died under it, one of ``running`` nodes: the OOM killer takes

@@ -22,6 +22,7 @@ from .sizes import format_size
 STAGING_DIR = "declared"  # on a tier: where sinks write their declared outputs
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 EACCES_TEXT = (os.strerror(errno.EACCES), f"[Errno {errno.EACCES}]")  # a program not run: a noexec tier
+EBUSY_TEXT = (os.strerror(errno.EBUSY), f"[Errno {errno.EBUSY}]")  # a mount point not replaced: a prefetched copy in the view
 
 
 class Placer:
@@ -108,8 +109,9 @@ class Placer:
         owner.parts.append(key)
         return part
 
-    def retry_elsewhere(self, key: str, error_text: str, link: bool = True) -> Placement | None:
-        """The node's new placement if it failed for want of space or of ``exec`` on its tier, else
+    def retry_elsewhere(self, key: str, error_text: str, link: bool = True, read_copies: bool = False) -> Placement | None:
+        """The node's new placement if it failed for want of space or of ``exec`` on its tier, or
+        (``read_copies``: it read prefetched copies) could not replace, rename or remove one, else
         ``None`` (see :meth:`SeaEngine.retry_elsewhere`)."""
         run = self.run
         node = run.nodes.get(key)
@@ -120,6 +122,12 @@ class Placer:
             run.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
             run.report.enospc_retries += 1
             run.estimator.learn(node.spec.kind, 2 * p.reserved)
+        elif read_copies and any(t in error_text for t in EBUSY_TEXT):
+            run.log.warning(
+                "[Sea] %s could not replace, rename or remove an input file it read from a prefetched copy (bound over the "
+                "original in its view); rerunning it on the original files", key,
+            )  # fmt: skip
+            run.report.busy_retries += 1
         elif p.tier.noexec and any(t in error_text for t in EACCES_TEXT):
             run.log.warning("[Sea] %s could not run a program on %s, mounted noexec; rerunning it on the next tier", key, p.tier.name)
             run.report.noexec_retries += 1

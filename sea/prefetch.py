@@ -105,6 +105,8 @@ class Prefetcher:
     _copies: dict[Path, _Copy] = field(default_factory=dict)
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
     _started: set[str] = field(default_factory=set)
+    _gave: set[str] = field(default_factory=set)  # readers handed a copy
+    _no_write_back: set[str] = field(default_factory=set)  # readers run again on the originals
     _position: dict[str, int] = field(default_factory=dict)  # reader -> its place in the order the adapter gave
     _held: dict[str, int] = field(default_factory=dict)  # tier name -> bytes of copies on it
     _under_way: set[Path] = field(default_factory=set)  # sources whose copy is queued or being made
@@ -213,6 +215,7 @@ class Prefetcher:
                 if copy.ok:
                     found[str(source)] = str(copy.target)
                     self.stats.hits += 1
+                    self._gave.add(reader)
                 elif not copy.skipped and self._pays:  # stopped (auto), it reads the original by decision
                     self.stats.misses += 1
                     logger.debug("[Sea] prefetch: %s reads %s from the shared filesystem (%s)", reader, source,
@@ -220,15 +223,29 @@ class Prefetcher:
         self.advance()
         return found
 
+    def gave(self, reader: str) -> bool:
+        """Whether ``reader`` was handed a copy."""
+        with self._lock:
+            return reader in self._gave
+
+    def reads_originals(self, reader: str) -> None:
+        """``reader`` runs again on the original files: what its failed attempt changed in its
+        copies is not put back at its end."""
+        with self._lock:
+            self._gave.discard(reader)
+            self._no_write_back.add(reader)
+
     def reader_done(self, reader: str) -> None:
         """``reader`` finished (or failed, or was found done): what it changed in its copies is put
         at the originals' place (:meth:`_write_back`), and copies nobody else reads go."""
         with self._lock:
-            made = [copy for source in self._files.get(reader, ()) if (copy := self._copies[source]).ok]
+            made = [] if reader in self._no_write_back else [c for s in self._files.get(reader, ()) if (c := self._copies[s]).ok]
         for copy in made:  # still read by ``reader``: not dropped meanwhile
             self._write_back(copy)
         with self._lock:
             self._started.add(reader)
+            self._gave.discard(reader)
+            self._no_write_back.discard(reader)
             self._position.pop(reader, None)
             for source in self._files.pop(reader, []):
                 copy = self._copies[source]

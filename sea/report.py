@@ -101,6 +101,7 @@ class RunReport:
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
+    busy_retries: int = 0  # nodes that could not replace, rename or remove a prefetched input (a mount point in the view), rerun on the originals
     lost_worker_retries: int = 0  # nodes rerun after their worker process died (the OOM killer)
     nodes_held_for_link: int = 0  # ready nodes held back while the link home caught up (sea.backpressure)
     tiers: list[TierReport] = field(default_factory=list)
@@ -202,6 +203,7 @@ class RunReport:
             + (", the nodes that were running run again next time" if self.interrupted else "")
             + (f", {self.enospc_retries} rerun after 'no space left'" if self.enospc_retries else "")
             + (f", {self.noexec_retries} rerun off a noexec tier" if self.noexec_retries else "")
+            + (f", {self.busy_retries} rerun on their original input files" if self.busy_retries else "")
             + (f", {self.lost_worker_retries} rerun after their worker process died" if self.lost_worker_retries else ""),
             f"  {'tier':<34} {'peak':>10} {'written':>10} {'evicted':>10} {'dirs':>6} {'spills':>6}",
         ]
@@ -315,7 +317,7 @@ def runs(home: Path) -> list[Path]:
     return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
-_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "lost_worker_retries", "nodes_held_for_link", "bytes_flushed", "files_flushed", "bytes_evicted",
+_SUMMED = ("nodes_run", "nodes_cached", "nodes_failed", "enospc_retries", "noexec_retries", "busy_retries", "lost_worker_retries", "nodes_held_for_link", "bytes_flushed", "files_flushed", "bytes_evicted",
            "stager_wait_seconds", "files_created_home", "bytes_written_home", "without_sea_bytes_home", "without_sea_files_home",
            "bytes_received", "flush_retries", "prefetch_files", "prefetch_bytes", "prefetch_hits", "prefetch_misses",
            "checkpoints", "checkpoint_bytes", "checkpoint_files", "checkpoint_seconds", "checkpoints_abandoned",

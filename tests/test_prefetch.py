@@ -444,3 +444,35 @@ def test_a_copy_whose_original_changed_since_is_not_handed_out(tmp_path, shm_dir
     prefetcher.reader_done("wf/a")
     prefetcher.close()
     assert source.read_bytes().endswith(b"appended by an earlier node")
+
+
+def _replace(in_file):
+    import os
+
+    with open(in_file + ".tmp", "wb") as f:
+        f.write(b"replaced by the node")
+    os.replace(in_file + ".tmp", in_file)  # an atomic save, as sed -i and most tools make it
+    return in_file
+
+
+def test_a_node_replacing_its_prefetched_input_runs_again_on_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    """In the view the copy is bound over the original: renaming over it fails (EBUSY) where
+    MultiProc's node replaces the file. The node runs again on the original files, and the run ends
+    as MultiProc's: the input replaced, no temporary left beside it, the consumer run."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        (source,) = _files(disk_dir / plugin, 1)
+        wf = Workflow(name="replacing", base_dir=str(tmp_path / plugin))
+        replace = Node(Function(input_names=["in_file"], output_names=["out_file"], function=_replace), name="replace")
+        replace.inputs.in_file = str(source)
+        size = Node(Function(input_names=["in_file"], output_names=["size"], function=_read_size), name="size")
+        wf.connect(replace, "out_file", size, "in_file")
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
+        (node,) = [n for n in graph.nodes() if n.name == "size"]
+        seen[plugin] = (node.result.outputs.size, source.read_bytes(), sorted(p.name for p in source.parent.iterdir()))
+    assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
+    report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
+    assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()

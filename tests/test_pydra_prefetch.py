@@ -141,3 +141,32 @@ def test_a_job_changing_its_input_in_place_changes_the_original_as_under_cf(tmp_
                 sub(AppendTo(in_file=image))
     assert changed["sea"] == changed["cf"] == (True, True)
     assert RunReport.from_json(tmp_path / "sea" / "sea-report.json").prefetch_hits == 1
+
+
+@python.define(outputs=["out"])
+def ReplaceIt(in_file: File) -> File:
+    import os
+
+    with open(f"{in_file}.tmp", "wb") as f:
+        f.write(b"replaced by the job")
+    os.replace(f"{in_file}.tmp", in_file)  # an atomic save (EBUSY over a copy bound in the view)
+    return in_file
+
+
+@workflow.define(outputs=["size"])
+def ReplaceAndMeasure(in_file: File) -> int:
+    replaced = workflow.add(ReplaceIt(in_file=in_file), name="replace")
+    return workflow.add(Size(in_file=replaced.out), name="size").out
+
+
+def test_a_job_replacing_its_prefetched_input_runs_again_on_the_original_as_under_cf(tmp_path, shm_dir, disk_dir):
+    """Renaming over the copy bound in the view fails (EBUSY): the job runs again on the original,
+    and ends as under cf (Pydra fails it for the changed hash; the file replaced, no temporary left)."""
+    seen = {}
+    for seed, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
+        (image,) = make_images(disk_dir / worker, 1, seed=50 + seed)
+        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
+            result = sub(ReplaceAndMeasure(in_file=image))
+        seen[worker] = (result.errored, image.read_bytes(), sorted(p.name for p in image.parent.iterdir()))
+    assert seen["sea"] == seen["cf"] and seen["cf"][1] == b"replaced by the job"
+    assert RunReport.from_json(tmp_path / "sea" / "sea-report.json").busy_retries == 1
