@@ -16,8 +16,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 # A2 (MultiProc with Nipype's default 2 s poll) is left out of the smoke: its 2 s rounds were ~46 s of
-# this test's ~150 s in CI; it runs in the full benchmark (`benchmarks.run --size full`)
-SMOKE_CONFIGS = "A,B,C,CN,C',CP,T,S,P,PS,PSP"
+# this test's ~150 s in CI; it runs in the full benchmark (`benchmarks.run --size full`). CN, CP and PSP
+# (checkpoints: none, prefetch on, Pydra's prefetch on: C's and PS's runs with one setting changed,
+# each tested on its own in test_checkpoints, test_prefetch and test_pydra_prefetch) run in the slow
+# cross product below
+SMOKE_CONFIGS = "A,B,C,C',T,S,P,PS"
+ALL_CONFIGS = "A,B,C,CN,C',CP,T,S,P,PS,PSP"
 
 
 def benchmark_scratch() -> set[str]:
@@ -49,17 +53,17 @@ def smoke_matrix(out: Path, throttles: str, workloads: str, configs: str = SMOKE
     return text
 
 
-def assert_every_configuration(text: str, sections: list[str]) -> None:
+def assert_every_configuration(text: str, sections: list[str], configs: str = SMOKE_CONFIGS) -> None:
     for section in sections:
         assert f"## {section}" in text, f"no section {section!r}:\n{text}"
-    for key in ("A ", "B ", "C ", "CN ", "C' ", "CP ", "T ", "S ", "P ", "PS ", "PSP ", "L limit"):
+    for key in [f"{c} " for c in configs.split(",")] + ["L limit"]:
         assert f"| {key}" in text, f"no row {key!r}:\n{text}"
     assert "| C within 1.15x of the limit L |" in text
 
 
 def test_benchmark_smoke_runs_every_configuration_and_every_workload(tmp_path):
-    """Every configuration on the busy filesystem (incrementation: the workload every configuration,
-    Pydra's too, runs), and every workload on the bare disk, by MultiProc and Sea (the other
+    """Every smoke configuration (each but CN, CP and PSP, C's and PS's with one setting changed) on
+    the busy filesystem (incrementation: the workload every configuration, Pydra's too, runs), and every workload on the bare disk, by MultiProc and Sea (the other
     configurations run the same workload builders, through the code paths incrementation took on the
     busy filesystem; the bare disk is the same benchmark without the FUSE mount). The full cross
     product (every configuration on both filesystems, both workloads) is the slow test below."""
@@ -73,9 +77,9 @@ def test_benchmark_smoke_runs_every_configuration_and_every_workload(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_smoke_runs_every_configuration_on_every_filesystem_and_workload(tmp_path):
-    text = smoke_matrix(tmp_path, "busy,unloaded", "incrementation,filtering")
+    text = smoke_matrix(tmp_path, "busy,unloaded", "incrementation,filtering", configs=ALL_CONFIGS)
     assert_every_configuration(text, ["busy shared filesystem, incrementation", "busy shared filesystem, filtering",
-                                      "unloaded shared filesystem, incrementation", "unloaded shared filesystem, filtering"])  # fmt: skip
+                                      "unloaded shared filesystem, incrementation", "unloaded shared filesystem, filtering"], ALL_CONFIGS)  # fmt: skip
 
 
 def test_only_dwi_mrtrix_runs_on_the_page_cache_mode_of_the_busy_filesystem():
