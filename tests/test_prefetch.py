@@ -371,23 +371,31 @@ def _read_size(in_file):
     return os.path.getsize(in_file)
 
 
-def test_a_node_changing_its_input_in_place_changes_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+def _changing_its_input(tmp_path, shm_dir, disk_dir, change) -> dict:
+    """Per plugin, MultiProc then SeaMultiProc with prefetch: a node that ``change`` s its input file
+    (a function of it), then a node reading its size; (that size, the input's bytes, the names in
+    its directory)."""
     from nipype import Function, Node, Workflow
 
-    sizes = {}
+    seen = {}
     for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
         (source,) = _files(disk_dir / plugin, 1)
-        wf = Workflow(name="in_place", base_dir=str(tmp_path / plugin))
-        append = Node(Function(input_names=["in_file"], output_names=["out_file"], function=_append_to), name="append")
-        append.inputs.in_file = str(source)
+        wf = Workflow(name="changing", base_dir=str(tmp_path / plugin))
+        changing = Node(Function(input_names=["in_file"], output_names=["out_file"], function=change), name="change")
+        changing.inputs.in_file = str(source)
         size = Node(Function(input_names=["in_file"], output_names=["size"], function=_read_size), name="size")
-        wf.connect(append, "out_file", size, "in_file")
+        wf.connect(changing, "out_file", size, "in_file")
         wf.config["execution"]["poll_sleep_duration"] = 0.05
         graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
         (node,) = [n for n in graph.nodes() if n.name == "size"]
-        sizes[plugin] = (node.result.outputs.size, source.read_bytes())
-    assert sizes["SeaMultiProc"] == sizes["MultiProc"]
-    assert sizes["MultiProc"][1].endswith(b"appended by the node")
+        seen[plugin] = (node.result.outputs.size, source.read_bytes(), sorted(p.name for p in source.parent.iterdir()))
+    return seen
+
+
+def test_a_node_changing_its_input_in_place_changes_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _append_to)
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    assert seen["MultiProc"][1].endswith(b"appended by the node")
     assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits >= 1
 
 
@@ -459,20 +467,7 @@ def test_a_node_replacing_its_prefetched_input_runs_again_on_the_original_as_und
     """In the view the copy is bound over the original: renaming over it fails (EBUSY) where
     MultiProc's node replaces the file. The node runs again on the original files, and the run ends
     as MultiProc's: the input replaced, no temporary left beside it, the consumer run."""
-    from nipype import Function, Node, Workflow
-
-    seen = {}
-    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
-        (source,) = _files(disk_dir / plugin, 1)
-        wf = Workflow(name="replacing", base_dir=str(tmp_path / plugin))
-        replace = Node(Function(input_names=["in_file"], output_names=["out_file"], function=_replace), name="replace")
-        replace.inputs.in_file = str(source)
-        size = Node(Function(input_names=["in_file"], output_names=["size"], function=_read_size), name="size")
-        wf.connect(replace, "out_file", size, "in_file")
-        wf.config["execution"]["poll_sleep_duration"] = 0.05
-        graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
-        (node,) = [n for n in graph.nodes() if n.name == "size"]
-        seen[plugin] = (node.result.outputs.size, source.read_bytes(), sorted(p.name for p in source.parent.iterdir()))
+    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _replace)
     assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
     report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
     assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()

@@ -124,22 +124,36 @@ def AppendAndMeasure(in_file: File) -> int:
     return workflow.add(Size(in_file=appended.out), name="size").out
 
 
+def _cf_and_sea(tmp_path, shm_dir, disk_dir, workflow, seed: int, then=None) -> dict:
+    """Per worker, cf then sea with prefetch: ``workflow`` on an image of its own (Pydra reuses a
+    workflow constructed for the same inputs' hash); (errored, the image's bytes before, after, the
+    names beside it). ``then(worker, sea, image)`` runs after each."""
+    seen = {}
+    for n, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
+        (image,) = make_images(disk_dir / worker, 1, seed=seed + n)
+        before = image.read_bytes()
+        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
+            result = sub(workflow(in_file=image))
+        seen[worker] = (result.errored, before, image.read_bytes(), sorted(p.name for p in image.parent.iterdir()))
+        if then is not None:
+            then(worker, sea, image)
+    return seen
+
+
 def test_a_job_changing_its_input_in_place_changes_the_original_as_under_cf(tmp_path, shm_dir, disk_dir):
     """Pydra fails a job that changed a ``File`` input (its hash changed); the change itself is
     made in the original under cf, and so under sea, where the job changed a prefetched copy. A
     lone task so changed makes the Submitter raise, under both."""
-    changed = {}
-    for seed, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
-        # images of their own (Pydra reuses a workflow constructed for the same inputs' hash)
-        (image,) = make_images(disk_dir / worker, 1, seed=44 + seed)
-        before = image.read_bytes()
-        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
-            result = sub(AppendAndMeasure(in_file=image))
-        changed[worker] = (result.errored, image.read_bytes() == before + b"appended by the job")
+
+    def lone(worker, sea, image):
         with pytest.raises(RuntimeError, match="hashes have changed during the execution"):
             with Submitter(worker=worker, cache_root=tmp_path / f"{worker}-lone", n_procs=2, **sea) as sub:
                 sub(AppendTo(in_file=image))
-    assert changed["sea"] == changed["cf"] == (True, True)
+
+    seen = _cf_and_sea(tmp_path, shm_dir, disk_dir, AppendAndMeasure, seed=44, then=lone)
+    for worker in ("cf", "sea"):
+        errored, before, after, _ = seen[worker]
+        assert errored and after == before + b"appended by the job", worker
     assert RunReport.from_json(tmp_path / "sea" / "sea-report.json").prefetch_hits == 1
 
 
@@ -162,11 +176,7 @@ def ReplaceAndMeasure(in_file: File) -> int:
 def test_a_job_replacing_its_prefetched_input_runs_again_on_the_original_as_under_cf(tmp_path, shm_dir, disk_dir):
     """Renaming over the copy bound in the view fails (EBUSY): the job runs again on the original,
     and ends as under cf (Pydra fails it for the changed hash; the file replaced, no temporary left)."""
-    seen = {}
-    for seed, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
-        (image,) = make_images(disk_dir / worker, 1, seed=50 + seed)
-        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
-            result = sub(ReplaceAndMeasure(in_file=image))
-        seen[worker] = (result.errored, image.read_bytes(), sorted(p.name for p in image.parent.iterdir()))
-    assert seen["sea"] == seen["cf"] and seen["cf"][1] == b"replaced by the job"
+    seen = _cf_and_sea(tmp_path, shm_dir, disk_dir, ReplaceAndMeasure, seed=50)
+    assert seen["sea"][::2] == seen["cf"][::2] and seen["sea"][2] == seen["cf"][2] == b"replaced by the job"
+    assert seen["sea"][3] == seen["cf"][3], "a temporary was left beside the input"
     assert RunReport.from_json(tmp_path / "sea" / "sea-report.json").busy_retries == 1
