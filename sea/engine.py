@@ -472,11 +472,10 @@ class SeaEngine:
         copy (bound over the original in its view: a mount point, where the engine's own plugin
         would have), place it on the next tier and return the new placement so the adapter reruns
         it, on the original input files; otherwise ``None``."""
-        handed = self.prefetcher.handed(key) if self.prefetcher is not None else []
-        on_a_copy = any(path in error_text for path in handed)  # the error names a file it read from a copy
+        read_copies = self.prefetcher is not None and self.prefetcher.gave(key)
         with self._lock:
-            placement = self.placer.retry_elsewhere(key, error_text, link, on_a_copy)
-        if placement is not None and handed:
+            placement = self.placer.retry_elsewhere(key, error_text, link, read_copies)
+        if placement is not None and read_copies:
             self.prefetcher.reads_originals(key)  # what the first attempt did to its copies is not its work
         return placement
 
