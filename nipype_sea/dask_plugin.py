@@ -45,14 +45,21 @@ DASK_PLUGIN_ARGS = ("sea", "dask", "status_callback")
 WORKER_CHECK_SECONDS = 0.5  # how often the client looks for workers lost or restarted
 
 
-def run_node_on_worker(node, key: str, fetched: dict, updatehash: bool, consumers: list[str], hands: dict[str, list[str]] | None = None) -> dict:
+def run_node_on_worker(
+    node, key: str, fetched: dict, updatehash: bool, consumers: list[str], hands: dict[str, list[str]] | None = None, reads: tuple[list[str], int] | None = None
+) -> dict:
     """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers.
     ``consumers``: the nodes that will read its directory (not finished yet, wherever they run).
     ``hands``: consumer -> the outputs of ``node`` whose files it reads; with prefetch on here, the
-    outcome's ``hands`` gives those files, for the client to tell the consumers' workers."""
+    outcome's ``hands`` gives those files, for the client to tell the consumers' workers.
+    ``reads``: the files it reads and its position, as the client told this worker ahead of it
+    (:func:`~sea.dask.node_storage.expect_reads`, not waited for): told again here, in case that
+    message comes after the node starts."""
     storage = current()
     engine = storage.engine
     engine.expect_run(key, consumers)
+    if reads is not None:
+        engine.expect_reads(key, *reads)  # nothing new if the message came first
     for producer, (packed, source) in fetched.items():
         storage.unpack(producer, packed, source)
 
@@ -213,12 +220,15 @@ class SeaDaskPlugin(DaskTaskLoop):
                     hands.setdefault(key[node], {})[key[consumer]] = names
         return hands
 
-    def _tell_reads(self, node, key: str, worker: str, position: int) -> None:
-        """Prefetch: tell ``worker``, which ``key`` is sent to as its ``position``-th node, the files the node will read."""
+    def _tell_reads(self, node, key: str, worker: str, position: int) -> tuple[list[str], int] | None:
+        """Prefetch: tell ``worker``, which ``key`` is sent to as its ``position``-th node, the files
+        the node will read; what was told (the node's task carries it too)."""
         files = nx_.unconnected_input_files(node) + self._handed.get(key, [])
-        if files and worker not in self._no_prefetch:
-            # a worker gone meanwhile (its job cancelled) is not told: before_submitting sees it lost
-            self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False, on_error="ignore")
+        if not files or worker in self._no_prefetch:
+            return None
+        # a worker gone meanwhile (its job cancelled) is not told: before_submitting sees it lost
+        self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False, on_error="ignore")
+        return files, position
 
     # ------------------------------------------------------------------ workers coming and going
     def _workers_now(self) -> dict[str, str]:
@@ -271,12 +281,11 @@ class SeaDaskPlugin(DaskTaskLoop):
         }
         consumers = [c for c in self.planner.graph.consumers(key) if c not in self.planner.done]
         position = next(self._sent)
-        if self.prefetch:
-            self._tell_reads(node, key, assignment.worker, position)
+        reads = self._tell_reads(node, key, assignment.worker, position) if self.prefetch else None
         # a worker runs the nodes sent to it in the order they were sent (Sea's), which its prefetch
         # follows: Dask's own order of tasks submitted together may differ
         return self.submit_task(
-            run_node_on_worker, node, key, fetched, updatehash, consumers, self._hands.get(key),
+            run_node_on_worker, node, key, fetched, updatehash, consumers, self._hands.get(key), reads,
             tag=key, name=f"sea-{node.name}", workers=[where], allow_other_workers=False, priority=-position,
         )  # fmt: skip
 
