@@ -472,10 +472,11 @@ class SeaEngine:
         copy (bound over the original in its view: a mount point, where the engine's own plugin
         would have), place it on the next tier and return the new placement so the adapter reruns
         it, on the original input files; otherwise ``None``."""
-        read_copies = self.prefetcher is not None and self.prefetcher.gave(key)
+        handed = self.prefetcher.handed(key) if self.prefetcher is not None else []
+        on_a_copy = any(path in error_text for path in handed)  # the error names a file it read from a copy
         with self._lock:
-            placement = self.placer.retry_elsewhere(key, error_text, link, read_copies)
-        if placement is not None and read_copies:
+            placement = self.placer.retry_elsewhere(key, error_text, link, on_a_copy)
+        if placement is not None and handed:
             self.prefetcher.reads_originals(key)  # what the first attempt did to its copies is not its work
         return placement
 

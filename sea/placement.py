@@ -109,10 +109,10 @@ class Placer:
         owner.parts.append(key)
         return part
 
-    def retry_elsewhere(self, key: str, error_text: str, link: bool = True, read_copies: bool = False) -> Placement | None:
+    def retry_elsewhere(self, key: str, error_text: str, link: bool = True, on_a_copy: bool = False) -> Placement | None:
         """The node's new placement if it failed for want of space or of ``exec`` on its tier, or
-        (``read_copies``: it read prefetched copies) could not replace, rename or remove one, else
-        ``None`` (see :meth:`SeaEngine.retry_elsewhere`)."""
+        (``on_a_copy``: the error names a file it read from a prefetched copy) could not replace,
+        rename or remove that file, else ``None`` (see :meth:`SeaEngine.retry_elsewhere`)."""
         run = self.run
         node = run.nodes.get(key)
         p = node.placement if node else None
@@ -122,7 +122,7 @@ class Placer:
             run.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
             run.report.enospc_retries += 1
             run.estimator.learn(node.spec.kind, 2 * p.reserved)
-        elif read_copies and any(t in error_text for t in EBUSY_TEXT):
+        elif on_a_copy and any(t in error_text for t in EBUSY_TEXT):
             run.log.warning(
                 "[Sea] %s could not replace, rename or remove an input file it read from a prefetched copy (bound over the "
                 "original in its view); rerunning it on the original files", key,

@@ -105,7 +105,7 @@ class Prefetcher:
     _copies: dict[Path, _Copy] = field(default_factory=dict)
     _files: dict[str, list[Path]] = field(default_factory=dict)  # reader -> its sources
     _started: set[str] = field(default_factory=set)
-    _gave: set[str] = field(default_factory=set)  # readers handed a copy
+    _gave: dict[str, list[str]] = field(default_factory=dict)  # reader -> the originals it was handed copies of
     _no_write_back: set[str] = field(default_factory=set)  # readers run again on the originals
     _position: dict[str, int] = field(default_factory=dict)  # reader -> its place in the order the adapter gave
     _held: dict[str, int] = field(default_factory=dict)  # tier name -> bytes of copies on it
@@ -215,7 +215,7 @@ class Prefetcher:
                 if copy.ok:
                     found[str(source)] = str(copy.target)
                     self.stats.hits += 1
-                    self._gave.add(reader)
+                    self._gave.setdefault(reader, []).append(str(source))
                 elif not copy.skipped and self._pays:  # stopped (auto), it reads the original by decision
                     self.stats.misses += 1
                     logger.debug("[Sea] prefetch: %s reads %s from the shared filesystem (%s)", reader, source,
@@ -223,16 +223,16 @@ class Prefetcher:
         self.advance()
         return found
 
-    def gave(self, reader: str) -> bool:
-        """Whether ``reader`` was handed a copy."""
+    def handed(self, reader: str) -> list[str]:
+        """The original files ``reader`` was handed copies of."""
         with self._lock:
-            return reader in self._gave
+            return list(self._gave.get(reader, ()))
 
     def reads_originals(self, reader: str) -> None:
         """``reader`` runs again on the original files: what its failed attempt changed in its
         copies is not put back at its end."""
         with self._lock:
-            self._gave.discard(reader)
+            self._gave.pop(reader, None)
             self._no_write_back.add(reader)
 
     def reader_done(self, reader: str) -> None:
@@ -244,7 +244,7 @@ class Prefetcher:
             self._write_back(copy)
         with self._lock:
             self._started.add(reader)
-            self._gave.discard(reader)
+            self._gave.pop(reader, None)
             self._no_write_back.discard(reader)
             self._position.pop(reader, None)
             for source in self._files.pop(reader, []):

@@ -471,3 +471,22 @@ def test_a_node_replacing_its_prefetched_input_runs_again_on_the_original_as_und
     assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
     report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
     assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()
+
+
+def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
+    """A node that failed on EBUSY for a path of its own (a device, another mount) fails as under
+    MultiProc; one whose EBUSY names an input file it read from a prefetched copy runs again."""
+    from sea import NodeSpec, SeaEngine, WorkflowGraph
+
+    (source,) = _files(disk_dir / "shared", 1)
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "prefetch": True, "progress": "off"})
+    engine = SeaEngine(config, tmp_path / "home")
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a", kind="job")]))
+    engine.expect_reads("wf/a", [str(source)])
+    engine.place("wf/a")
+    assert str(source) in engine.prefetched("wf/a")
+    assert engine.retry_elsewhere("wf/a", "OSError: [Errno 16] Device or resource busy: '/dev/sdz1'") is None
+    assert engine.retry_elsewhere("wf/a", f"OSError: [Errno 16] Device or resource busy: '{source}.tmp' -> '{source}'") is not None
+    assert engine.report.busy_retries == 1
+    engine.node_finished("wf/a")
+    engine.close()
