@@ -75,7 +75,7 @@ class _Copy:
     # the copy's files as it was made: name -> (size, mtime, ctime); a reader's change shows in them
     made: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     # the originals as they were copied: name -> (device, inode, size, mtime); one changed since is not the copy's
-    origins: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    origins: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,11 +206,12 @@ class Prefetcher:
                 future.result()
             except Exception:  # noqa: BLE001 - logged by the copy; the reader reads the original
                 pass
+        now = {source: _identity_of(source) for source in sources}  # the shared filesystem, outside the lock
         found = {}
         with self._lock:
             for source in sources:
                 copy = self._copies[source]
-                if copy.ok and not self._fresh(copy):
+                if copy.ok and now[source] != copy.origins.get(source.name):
                     copy.ok = False  # stale: its readers from now on read the original (it goes with its last reader)
                 if copy.ok:
                     found[str(source)] = str(copy.target)
@@ -266,14 +267,6 @@ class Prefetcher:
             for copy in list(self._copies.values()):
                 self._drop(copy)
 
-    def _fresh(self, copy: _Copy) -> bool:
-        """The original is still the file that was copied, as it was (a node that ran since may have
-        changed it through another path: its readers read the original, as without prefetch)."""
-        try:
-            return _identity(os.stat(copy.source)) == copy.origins.get(copy.source.name)
-        except OSError:
-            return False
-
     def _write_back(self, copy: _Copy) -> None:
         """Without prefetch a reader that changes its input in place (or writes a file beside it)
         changes the original: what a reader changed or added in the copy's directory is put there,
@@ -290,7 +283,7 @@ class Prefetcher:
             original = copy.source.parent / entry.name
             try:
                 if entry.name in copy.origins:
-                    put_back(Path(entry.path), original, copy.origins[entry.name][:2])
+                    put_back(Path(entry.path), original, copy.origins[entry.name])
                 else:
                     atomic_copy(Path(entry.path), original)
             except OSError as exc:
@@ -450,8 +443,20 @@ def _copy_start(source: Path, target: Path, nbytes: int) -> int:
     return written
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+def _identity_of(path: Path) -> tuple[int, int, int, int, int] | None:
+    """The file at ``path`` now (``None``: gone): a copy is fresh while its original's is the one
+    recorded when it was copied (a node that ran since may have changed it through another path:
+    its readers then read the original, as without prefetch)."""
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """The file as it was copied: a change that keeps its size and mtime (``touch -r``, ``cp -p``, a
+    coarse-grained mtime) still changes its ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _companions(source: Path) -> list[Path]:

@@ -307,28 +307,37 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
-def put_back(src: Path, dst: Path, identity: tuple[int, int]) -> None:
+def put_back(src: Path, dst: Path, identity: tuple[int, ...]) -> None:
     """Put ``src``, a copy of the file ``dst`` a node changed, at ``dst``, as the node's change would
-    have left it there: only if ``dst`` is still the file that was copied (``identity``: its device
-    and inode; not one another user put in its place since), with the copy's mode, times and bytes.
-    Bytes appended are appended (the inode kept); a file rewritten is written anew beside it and
-    renamed over it (its owner kept), so that a kill leaves the old file or the new, never a
-    truncated one."""
+    have left it there: only if ``dst`` is still the file that was copied (``identity``: its device,
+    inode, size, mtime and ctime when copied; not one another user put in its place since), with the
+    copy's mode, times and bytes. Bytes appended are appended (the inode kept). A file rewritten is
+    written anew beside it and renamed over it (its owner kept), so that a kill leaves the old file
+    or the new, never a truncated one; unless it has other names (hard links), which the node's
+    rewrite in place kept: then it is rewritten in place too. A rewrite is put there only if nothing
+    else changed the original since it was copied: that change is not overwritten."""
     fd = os.open(dst, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != identity or not stat.S_ISREG(st.st_mode):
+        if (st.st_dev, st.st_ino) != tuple(identity[:2]) or not stat.S_ISREG(st.st_mode):
             raise OSError(errno.ESTALE, "it is not the file that was copied any more")
+        unchanged = (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == tuple(identity[2:5])
         fin = open_to_read(src)
         try:
             new = os.fstat(fin)
+            appended = new.st_size >= st.st_size and _same_bytes(fd, fin, st.st_size)
+            if not appended and not unchanged:
+                raise OSError(errno.ESTALE, "it was changed by something else since it was copied, which the copy's rewrite would undo")
             if stat.S_IMODE(st.st_mode) != stat.S_IMODE(new.st_mode):
                 os.fchmod(fd, stat.S_IMODE(new.st_mode))  # the node's chmod (one making it writable comes first)
-            if new.st_size >= st.st_size and _same_bytes(fd, fin, st.st_size):
+            if appended or st.st_nlink > 1:
                 fout = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)  # this very file, for writing
                 try:
-                    os.lseek(fout, st.st_size, os.SEEK_SET)
-                    _copy_data(fin, fout, None, start=st.st_size)
+                    start = st.st_size if appended else 0
+                    if not appended:
+                        os.ftruncate(fout, 0)
+                    os.lseek(fout, start, os.SEEK_SET)
+                    _copy_data(fin, fout, None, start=start)
                     os.utime(fout, ns=(new.st_atime_ns, new.st_mtime_ns))
                     os.fsync(fout)
                 finally:

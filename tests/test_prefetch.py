@@ -399,9 +399,11 @@ def test_a_node_changing_its_input_in_place_changes_the_original_as_under_multip
     assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits >= 1
 
 
-def _one_copy(tmp_path, shm_dir, mib: int = 1):
+def _one_copy(tmp_path, shm_dir, mib: int = 1, other_name: str | None = None):
     prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, lookahead=1)
     (source,) = _files(tmp_path / "shared", 1, mib)
+    if other_name is not None:
+        os.link(source, source.with_name(other_name))
     prefetcher.expect("wf/a", [source])
     prefetcher.advance()
     return prefetcher, source
@@ -452,6 +454,51 @@ def test_a_copy_whose_original_changed_since_is_not_handed_out(tmp_path, shm_dir
     prefetcher.reader_done("wf/a")
     prefetcher.close()
     assert source.read_bytes().endswith(b"appended by an earlier node")
+
+
+def test_a_copy_whose_original_changed_keeping_its_size_and_mtime_is_not_handed_out(tmp_path, shm_dir):
+    """The earlier node rewrote bytes in place and put the mtime back (``touch -r``, ``cp -p``; a
+    coarse-grained mtime does the same): its ctime says it changed, and the reader reads the original."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    deadline = __import__("time").monotonic() + 30
+    while prefetcher.pending("wf/a") and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.01)
+    before = source.stat()
+    with open(source, "r+b") as f:
+        f.seek(before.st_size - 4)
+        f.write(b"by-a")
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (source.stat().st_size, source.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert prefetcher.copies_for("wf/a") == {}
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes().endswith(b"by-a")
+
+
+def test_a_rewrite_keeps_the_other_names_of_a_file_with_hard_links(tmp_path, shm_dir):
+    """An input with a second name (a hard link) a node rewrites in its copy: as under MultiProc,
+    where the node rewrote the one file in place, both names show the new bytes."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir, other_name="other-name.nii")
+    other = source.with_name("other-name.nii")
+    copy = Path(prefetcher.copies_for("wf/a")[str(source)])
+    copy.write_bytes(b"rewritten")
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes() == other.read_bytes() == b"rewritten"
+    assert source.stat().st_nlink == 2 and source.stat().st_ino == other.stat().st_ino
+
+
+def test_a_rewrite_does_not_undo_what_changed_the_original_since_it_was_copied(tmp_path, shm_dir):
+    """Something else rewrote the original while the reader ran on its copy. Under MultiProc the
+    later writer wins, and which was later is not known here: the change at the original's place is
+    kept, and the reader's is said in the log, not put over it."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    copy = Path(prefetcher.copies_for("wf/a")[str(source)])
+    source.write_bytes(b"changed by another writer")
+    copy.write_bytes(b"rewritten by the reader")
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+    assert source.read_bytes() == b"changed by another writer" and prefetcher.stats.written_back == 0
 
 
 def _replace(in_file):
