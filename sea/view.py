@@ -10,7 +10,13 @@ the user's own ids), and for each node mounts, visible to that process and its c
   the tiers' copies of it (their private directories mirror the home) and then the home's own:
   the node's producers, wherever they are, appear at their paths in the home, read-only;
 - the node's real directory, bound at its path in the home: it writes there;
-- each prefetched copy of an input, bound over the original file.
+- each prefetched copy of an input seen at the original: an overlay at the original's directory
+  whose lower layers are the copies' directories, then the directory itself. What the node does
+  there (``sed -i``'s rename over its input, a ``derivatives/`` it makes beside it, a log it appends
+  to) goes to an upper layer on a tier and is done in the real directory once, as the node returns
+  (:meth:`View._keep_input_changes`). Where that overlay cannot be made, the copy is bound over the
+  original file (a rename over it then fails with EBUSY, and the node runs again on the originals:
+  :meth:`sea.engine.SeaEngine.retry_elsewhere`).
 
 Nothing is written in the home (the overlay's upper layer is on a tier) and everything is unmounted
 when the node returns. Where namespaces are not allowed (a container's seccomp profile, a kernel
@@ -38,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .stager import link_beside, stage_copy
+from .stager import link_beside, put_back, stage_copy
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
@@ -175,6 +181,7 @@ class View:
                 with contextlib.suppress(OSError):
                     subs.append((point, os.open(point, os.O_PATH | os.O_DIRECTORY)))
         mounted: list[str] = []
+        inputs: list[tuple[str, int, Path, dict[str, tuple[int, ...]]]] = []  # overlaid inputs' directories (_overlay_inputs)
         started = time.time_ns()
         sizes = _sizes_beside(self.logical.parent, at)  # of the files a node may append to, as it starts
         try:
@@ -191,12 +198,25 @@ class View:
             for point, fd in subs:
                 _mount(f"/proc/self/fd/{fd}", point, None, _MS_BIND | _MS_REC)
                 mounted.append(point)
-            for original, copy in self.copies:
-                with contextlib.suppress(OSError):  # an original gone: the node reads its copy's path
-                    _mount(copy, original, None, _MS_BIND)
-                    mounted.append(original)
+            for directory, pairs in _by_directory(self.copies).items():
+                try:
+                    inputs.append(self._overlay_inputs(directory, pairs, scratch / f"in{len(inputs)}"))
+                except OSError:  # not here (an original's directory holding the home, a filesystem overlay refuses)
+                    for original, copy in pairs:
+                        with contextlib.suppress(OSError):  # an original gone: the node reads its copy's path
+                            _mount(copy, original, None, _MS_BIND)
+                            mounted.append(original)
             yield
         finally:
+            for directory, real, upper, identities in reversed(inputs):
+                _umount(directory)  # first: the node's changes go to the real directory, seen again
+                failed_in = self._keep_input_changes(f"/proc/self/fd/{real}", upper, identities, started)
+                os.close(real)
+                if failed_in:
+                    logging.getLogger("sea").warning(
+                        "[Sea] %s: %d of its changes in its inputs' directory %s could not be made (%s)",
+                        self.logical, len(failed_in), directory, "; ".join(failed_in[:3]),
+                    )  # fmt: skip
             try:
                 failed = self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started, sizes) if str(at) in mounted else []
             except OSError as e:  # never left mounted for the next node of this process
@@ -216,6 +236,58 @@ class View:
                 _umount(target)
             with contextlib.suppress(OSError):
                 scratch.rmdir()
+
+    def _overlay_inputs(
+        self, directory: str, pairs: list[tuple[str, str]], scratch: Path
+    ) -> tuple[str, int, Path, dict[str, tuple[int, ...]]]:
+        """Mount the overlay that shows the prefetched copies (``pairs``: original, copy) at their
+        originals in ``directory``, its upper layer in ``scratch`` (on the view's own tmpfs); returns
+        it for :meth:`_keep_input_changes`: the directory, a descriptor of the real one (opened
+        before the overlay covered it), the upper layer, and each original as it was (device, inode,
+        size, mtime, ctime). ``OSError`` where it cannot be: the directory holds, or is in, the home
+        or a tier (an overlay there would hide the node's own), or a copy is not named as its original."""
+        kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
+        if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
+            raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
+        if any(os.path.basename(original) != os.path.basename(copy) for original, copy in pairs):
+            raise OSError(errno.EINVAL, "a copy is not named as its original")
+        real = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            identities = {}
+            for original, _copy in pairs:
+                st = os.stat(os.path.basename(original), dir_fd=real)
+                identities[os.path.basename(original)] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            lowers = list(dict.fromkeys(os.path.dirname(copy) for _original, copy in pairs)) + [f"/proc/self/fd/{real}"]
+            upper, work = scratch / "u", scratch / "w"
+            upper.mkdir(parents=True)
+            work.mkdir()
+            options = f"lowerdir={':'.join(_escaped(Path(p)) for p in lowers)},upperdir={_escaped(upper)},workdir={_escaped(work)}"
+            _mount("overlay", f"/proc/self/fd/{real}", "overlay", 0, options)
+        except BaseException:
+            os.close(real)
+            raise
+        return directory, real, upper, identities
+
+    def _keep_input_changes(self, real: str, upper: Path, identities: dict[str, tuple[int, ...]], started: int) -> list[str]:
+        """What the node did in its inputs' overlaid directory, done in the real one (its overlay
+        unmounted; ``real``: a path to it that no one can change): a prefetched input it changed is put back (:func:`~sea.stager.put_back`: appended
+        bytes appended; only to the file that was copied, and not over another's change since);
+        anything else as beside its own directory (:meth:`_keep_one`). Returns what could not be."""
+        failed: list[str] = []
+        linked: dict[tuple[int, int], str] = {}
+        for dirpath, dirs, files in os.walk(upper):
+            rel_dir = os.path.relpath(dirpath, upper)
+            for name in list(dirs) + files:
+                rel = os.path.normpath(os.path.join(rel_dir, name))
+                src, dst = os.path.join(dirpath, name), os.path.join(real, rel)
+                try:
+                    if rel in identities and stat.S_ISREG(os.lstat(src).st_mode):
+                        put_back(Path(src), Path(dst), identities[rel])
+                    else:
+                        self._keep_one(src, dst, dst, started, None, linked)
+                except OSError as e:
+                    failed.append(f"{rel}: {e.strerror or e}")
+        return failed
 
     def _keep_writes_outside(self, upper: Path, real_at: str, started: int, sizes: dict[str, int]) -> list[str]:
         """What the node did in the view outside its own directory (wrote ``../shared.txt``,
@@ -239,19 +311,20 @@ class View:
                 if rel in skeleton:
                     continue  # the way to the node's own directory (bound: nothing of it is here)
                 try:
-                    self._keep_one(os.path.join(dirpath, name), rel, real_at, started, sizes, linked)
+                    where = self.to_physical(str(self.at / rel))
+                    dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
+                    self._keep_one(os.path.join(dirpath, name), dst, f"{self.at}/{rel}", started, sizes.get(rel), linked)
                 except OSError as e:
                     failed.append(f"{rel}: {e.strerror or e}")
         return failed
 
-    def _keep_one(self, src: str, rel: str, real_at: str, started: int, sizes: dict[str, int], linked: dict[tuple[int, int], str]) -> None:
-        """One entry of :meth:`_keep_writes_outside`. A file beside the node's directory that
-        another node changed too while this one ran (both appended to ``../log.txt``): what this
-        node added after the bytes the file had when it started (``sizes``) is added to the other's;
-        if this node changed those bytes, the other's file stays and this is said."""
+    def _keep_one(self, src: str, dst: str, seen_at: str, started: int, size: int | None, linked: dict[tuple[int, int], str]) -> None:
+        """One entry of an upper layer (``src``), put at ``dst``, which the node saw at ``seen_at``.
+        A file there that another node changed too while this one ran (both appended to
+        ``../log.txt``): what this node added after the bytes the file had when it started
+        (``size``, if known) is added to the other's; if this node changed those bytes, the other's
+        file stays and this is said."""
         st = os.lstat(src)
-        where = self.to_physical(str(self.at / rel))
-        dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
         try:
             there = os.lstat(dst)
         except FileNotFoundError:
@@ -274,7 +347,7 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             tmp = link_beside(linked[st.st_dev, st.st_ino], dst)  # another name of a file it made: one file, as it made it
         elif stat.S_ISREG(st.st_mode) and (there is None or stat.S_ISREG(there.st_mode)) and self.replays is not None:
-            self._put_file(src, dst, rel, st, started, sizes.get(rel))
+            self._put_file(src, dst, seen_at, st, started, size)
             if st.st_nlink > 1:
                 linked.setdefault((st.st_dev, st.st_ino), dst)
             return
@@ -285,7 +358,7 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
 
-    def _put_file(self, src: str, dst: str, rel: str, st: os.stat_result, started: int, size: int | None) -> None:
+    def _put_file(self, src: str, dst: str, seen_at: str, st: os.stat_result, started: int, size: int | None) -> None:
         """Put the node's copy of a file beside its directory at ``dst``, one process at a time for
         that file (a lock on its record in :attr:`replays`). If another node changed it since this
         one started (both appended to ``../log.txt``), what this node appended is added to it
@@ -293,7 +366,7 @@ class View:
         as one of the recorded sizes left it (each put notes the size before and after) or as it
         was at the node's start (``size``)."""
         self.replays.mkdir(parents=True, exist_ok=True)
-        record = self.replays / hashlib.sha256(os.fsencode(f"{self.at}/{rel}")).hexdigest()[:32]
+        record = self.replays / hashlib.sha256(os.fsencode(seen_at)).hexdigest()[:32]
         with open(record, "a+", encoding="ascii") as noted:
             fcntl.flock(noted.fileno(), fcntl.LOCK_EX)
             noted.seek(0)
@@ -310,6 +383,14 @@ class View:
             after = os.lstat(tmp).st_size
             os.replace(tmp, dst)
             noted.write(f"{there.st_size if there is not None else 0} {after}\n")
+
+
+def _by_directory(copies: tuple[tuple[str, str], ...]) -> dict[str, list[tuple[str, str]]]:
+    """The (original, copy) pairs by the original's directory."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for original, copy in copies:
+        out.setdefault(os.path.dirname(original), []).append((original, copy))
+    return out
 
 
 def _same_owner(path: str, st: os.stat_result) -> None:

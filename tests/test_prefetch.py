@@ -371,7 +371,7 @@ def _read_size(in_file):
     return os.path.getsize(in_file)
 
 
-def _changing_its_input(tmp_path, shm_dir, disk_dir, change) -> dict:
+def _changing_its_input(tmp_path, shm_dir, disk_dir, change, beside_the_home: bool = False) -> dict:
     """Per plugin, MultiProc then SeaMultiProc with prefetch: a node that ``change`` s its input file
     (a function of it), then a node reading its size; (that size, the input's bytes, the names in
     its directory)."""
@@ -380,7 +380,8 @@ def _changing_its_input(tmp_path, shm_dir, disk_dir, change) -> dict:
     seen = {}
     for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
         (source,) = _files(disk_dir / plugin, 1)
-        wf = Workflow(name="changing", base_dir=str(tmp_path / plugin))
+        home = tmp_path / plugin if not beside_the_home else disk_dir / plugin / "work"
+        wf = Workflow(name="changing", base_dir=str(home))
         changing = Node(Function(input_names=["in_file"], output_names=["out_file"], function=change), name="change")
         changing.inputs.in_file = str(source)
         size = Node(Function(input_names=["in_file"], output_names=["size"], function=_read_size), name="size")
@@ -388,7 +389,8 @@ def _changing_its_input(tmp_path, shm_dir, disk_dir, change) -> dict:
         wf.config["execution"]["poll_sleep_duration"] = 0.05
         graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
         (node,) = [n for n in graph.nodes() if n.name == "size"]
-        seen[plugin] = (node.result.outputs.size, source.read_bytes(), sorted(p.name for p in source.parent.iterdir()))
+        inputs = {k: v for k, v in tree_files(source.parent).items() if not k.startswith("work/")}
+        seen[plugin] = (node.result.outputs.size, source.read_bytes(), sorted(p.name for p in source.parent.iterdir() if p.name != "work"), inputs)
     return seen
 
 
@@ -510,14 +512,50 @@ def _replace(in_file):
     return in_file
 
 
-def test_a_node_replacing_its_prefetched_input_runs_again_on_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
-    """In the view the copy is bound over the original: renaming over it fails (EBUSY) where
-    MultiProc's node replaces the file. The node runs again on the original files, and the run ends
-    as MultiProc's: the input replaced, no temporary left beside it, the consumer run."""
+def test_a_node_replacing_its_prefetched_input_replaces_the_original_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    """In the view the copy is seen at the original through an overlay of its directory: renaming
+    over it replaces the original, as MultiProc's node does; no temporary left, the consumer run."""
     seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _replace)
     assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
     report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
+    assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
+
+
+def test_where_its_directory_cannot_be_overlaid_a_node_replacing_its_input_runs_again_on_the_original(tmp_path, shm_dir, disk_dir):
+    """An input in the directory that holds the home cannot be overlaid (the overlay would hide the
+    node's own view): its copy is bound over the original, renaming over it fails (EBUSY), and the
+    node runs again on the original files, ending as MultiProc's run ends."""
+    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _replace, beside_the_home=True)
+    assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "work" / "sea-report.json")
     assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()
+
+
+def _logs_makes_and_edits_beside(in_file):
+    import os
+    import subprocess
+
+    directory = os.path.dirname(in_file)
+    with open(os.path.join(directory, "notes.txt"), "a") as f:  # a log beside its input
+        f.write("the node ran\n")
+    os.mkdir(os.path.join(directory, "derivatives"))  # no exist_ok: made once, or the node fails
+    with open(os.path.join(directory, "derivatives", "out.txt"), "w") as f:
+        f.write("made beside the input")
+    subprocess.run(["sed", "-i", "1s/^/edited by sed/", in_file], check=True)  # a rename over it, out of Python's sight
+    return in_file
+
+
+def test_what_a_node_does_beside_its_prefetched_input_is_done_once_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    """The ninth adversarial pass: a node that appended to a log beside its input, made a directory
+    there, then ran ``sed -i`` on the input through a subprocess. With the copy bound over the
+    original, sed's rename failed (EBUSY, in sed's stderr only: the node failed, the input
+    unchanged); had it rerun, the log had two lines and ``mkdir`` failed. Now all is done once, as
+    under MultiProc: the same files beside the input, byte for byte."""
+    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _logs_makes_and_edits_beside)
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    assert seen["MultiProc"][1].startswith(b"edited by sed") and seen["MultiProc"][3]["notes.txt"] == b"the node ran\n"
+    report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
+    assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
 
 
 def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
