@@ -36,8 +36,8 @@ def pytest_configure(config):
 
 # the longest modules first (measured: --durations), so that pytest-xdist's workers, taking one
 # module at a time, do not end with one of them running alone
-LONGEST_FIRST = ["test_benchmark_smoke", "test_never_worse", "test_docs", "test_stress", "test_dask", "test_reruns",
-                 "test_hostile_mounts", "test_memory_budget", "test_kill_matrix", "test_interrupt"]  # fmt: skip
+LONGEST_FIRST = ["test_benchmark_smoke", "test_never_worse", "test_dask", "test_reruns", "test_never_worse_beside", "test_docs",
+                 "test_stress", "test_kill_matrix", "test_hostile_mounts", "test_memory_budget", "test_interrupt", "test_faults"]  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):

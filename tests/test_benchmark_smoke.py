@@ -96,6 +96,7 @@ def test_only_dwi_mrtrix_runs_on_the_page_cache_mode_of_the_busy_filesystem():
     assert "page cache mode" in busy.describe("dwi_mrtrix") and "page cache" not in busy.describe("filtering")
 
 
+@pytest.mark.slow  # its parts run by default: the workload (test_dwi_mrtrix), memory maps through slowfs (test_slowfs)
 @pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)")
 def test_dwi_mrtrix_runs_on_the_busy_filesystem(tmp_path):
     """MRtrix3 memory-maps its images through the slowfs mount (its page cache mode): the workload
