@@ -273,7 +273,7 @@ def _copy_data(fin: int, fout: int, interrupt: Callable[[], bool] | None, start:
             break
         view = memoryview(data)
         while view:
-            view = view[os.write(fout, view):]
+            view = view[os.write(fout, view) :]
         offset += len(data)
     return offset - start
 
@@ -307,7 +307,7 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
-def put_back(src: Path, dst: Path, identity: tuple[int, ...]) -> None:
+def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None = None) -> None:
     """Put ``src``, a copy of the file ``dst`` a node changed, at ``dst``, as the node's change would
     have left it there: only if ``dst`` is still the file that was copied (``identity``: its device,
     inode, size, mtime and ctime when copied; not one another user put in its place since), with the
@@ -315,7 +315,9 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...]) -> None:
     written anew beside it and renamed over it (its owner kept), so that a kill leaves the old file
     or the new, never a truncated one; unless it has other names (hard links), which the node's
     rewrite in place kept: then it is rewritten in place too. A rewrite is put there only if nothing
-    else changed the original since it was copied: that change is not overwritten."""
+    else changed the original since it was copied: that change is not overwritten. ``base``: the
+    copy ``src`` began as, if it is still as it was: ``src`` holding it and more (a node appended to
+    its input while another appended to the original) has its own bytes appended after the others'."""
     fd = os.open(dst, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -326,17 +328,21 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...]) -> None:
         try:
             new = os.fstat(fin)
             appended = new.st_size >= st.st_size and _same_bytes(fd, fin, st.st_size)
+            start = st.st_size
             if not appended and not unchanged:
-                raise OSError(errno.ESTALE, "it was changed by something else since it was copied, which the copy's rewrite would undo")
+                if not _extends(fin, new.st_size, base, identity[2]):
+                    raise OSError(errno.ESTALE, "it was changed by something else since it was copied, which the copy's rewrite would undo")
+                appended, start = True, identity[2]  # what this node appended goes after what the other did
             if stat.S_IMODE(st.st_mode) != stat.S_IMODE(new.st_mode):
                 os.fchmod(fd, stat.S_IMODE(new.st_mode))  # the node's chmod (one making it writable comes first)
             if appended or st.st_nlink > 1:
                 fout = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)  # this very file, for writing
                 try:
-                    start = st.st_size if appended else 0
-                    if not appended:
+                    if appended:
+                        os.lseek(fout, 0, os.SEEK_END)
+                    else:
+                        start = 0
                         os.ftruncate(fout, 0)
-                    os.lseek(fout, start, os.SEEK_SET)
                     _copy_data(fin, fout, None, start=start)
                     os.utime(fout, ns=(new.st_atime_ns, new.st_mtime_ns))
                     os.fsync(fout)
@@ -353,6 +359,20 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...]) -> None:
         fsync_dir(real.parent)
     finally:
         os.close(fd)
+
+
+def _extends(fin: int, size: int, base: Path | None, base_size: int) -> bool:
+    """The file ``fin`` (``size`` bytes) is ``base`` (``base_size`` bytes, unchanged) and more."""
+    if base is None or size <= base_size:
+        return False
+    try:
+        fbase = open_to_read(base)
+    except OSError:
+        return False
+    try:
+        return os.fstat(fbase).st_size == base_size and _same_bytes(fin, fbase, base_size)
+    finally:
+        os.close(fbase)
 
 
 def _same_bytes(a: int, b: int, length: int) -> bool:
@@ -725,6 +745,7 @@ class Stager:
         (it is then queued again)."""
         interrupt = None
         if priority == CHECKPOINT:
+
             def interrupt() -> bool:
                 return priority in self._abandoning or self._link_busy()
 

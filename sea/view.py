@@ -41,7 +41,7 @@ import shutil
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .stager import link_beside, put_back, stage_copy
@@ -181,7 +181,7 @@ class View:
                 with contextlib.suppress(OSError):
                     subs.append((point, os.open(point, os.O_PATH | os.O_DIRECTORY)))
         mounted: list[str] = []
-        inputs: list[tuple[str, int, Path, dict[str, tuple[int, ...]]]] = []  # overlaid inputs' directories (_overlay_inputs)
+        inputs: list[_InputOverlay] = []  # overlaid inputs' directories (_overlay_inputs)
         started = time.time_ns()
         sizes = _sizes_beside(self.logical.parent, at)  # of the files a node may append to, as it starts
         try:
@@ -208,14 +208,14 @@ class View:
                             mounted.append(original)
             yield
         finally:
-            for directory, real, upper, identities in reversed(inputs):
-                _umount(directory)  # first: the node's changes go to the real directory, seen again
-                failed_in = self._keep_input_changes(f"/proc/self/fd/{real}", upper, identities, started)
-                os.close(real)
+            for overlay in reversed(inputs):
+                # first unmounted: the node's changes then go to the real directory
+                failed_in = overlay.detach() or self._keep_input_changes(overlay, started)
+                os.close(overlay.real)
                 if failed_in:
                     logging.getLogger("sea").warning(
                         "[Sea] %s: %d of its changes in its inputs' directory %s could not be made (%s)",
-                        self.logical, len(failed_in), directory, "; ".join(failed_in[:3]),
+                        self.logical, len(failed_in), overlay.directory, "; ".join(failed_in[:3]),
                     )  # fmt: skip
             try:
                 failed = self._keep_writes_outside(upper, f"/proc/self/fd/{real_at}", started, sizes) if str(at) in mounted else []
@@ -237,15 +237,15 @@ class View:
             with contextlib.suppress(OSError):
                 scratch.rmdir()
 
-    def _overlay_inputs(
-        self, directory: str, pairs: list[tuple[str, str]], scratch: Path
-    ) -> tuple[str, int, Path, dict[str, tuple[int, ...]]]:
+    def _overlay_inputs(self, directory: str, pairs: list[tuple[str, str]], scratch: Path) -> _InputOverlay:
         """Mount the overlay that shows the prefetched copies (``pairs``: original, copy) at their
-        originals in ``directory``, its upper layer in ``scratch`` (on the view's own tmpfs); returns
-        it for :meth:`_keep_input_changes`: the directory, a descriptor of the real one (opened
-        before the overlay covered it), the upper layer, and each original as it was (device, inode,
-        size, mtime, ctime). ``OSError`` where it cannot be: the directory holds, or is in, the home
-        or a tier (an overlay there would hide the node's own), or a copy is not named as its original."""
+        originals in ``directory``, its upper layer in ``scratch`` (on the view's own tmpfs), and
+        return it for :meth:`_keep_input_changes`. It is attached to the directory by descriptor
+        and unmounted by its own (:func:`_attach_overlay`): another user who renames the directory
+        or puts a link in its place meanwhile changes neither. ``OSError`` where it cannot be: the
+        directory holds, or is in, the home or a tier (an overlay there would hide the node's own),
+        the run's user may not write there (the overlay would let the node), or a copy is not named
+        as its original."""
         kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
         if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
             raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
@@ -253,38 +253,48 @@ class View:
             raise OSError(errno.EINVAL, "a copy is not named as its original")
         real = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            identities = {}
-            for original, _copy in pairs:
+            if not os.access(f"/proc/self/fd/{real}", os.W_OK):
+                raise OSError(errno.EACCES, "the run's user may not write in the directory")
+            overlay = _InputOverlay(directory, real, scratch / "u", _sizes_in(real))
+            for original, copy in pairs:
                 st = os.stat(os.path.basename(original), dir_fd=real)
-                identities[os.path.basename(original)] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                overlay.originals[os.path.basename(original)] = (
+                    (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+                    Path(copy),
+                )
             lowers = list(dict.fromkeys(os.path.dirname(copy) for _original, copy in pairs)) + [f"/proc/self/fd/{real}"]
-            upper, work = scratch / "u", scratch / "w"
-            upper.mkdir(parents=True)
-            work.mkdir()
-            options = f"lowerdir={':'.join(_escaped(Path(p)) for p in lowers)},upperdir={_escaped(upper)},workdir={_escaped(work)}"
-            _mount("overlay", f"/proc/self/fd/{real}", "overlay", 0, options)
+            overlay.upper.mkdir(parents=True)
+            (scratch / "w").mkdir()
+            overlay.mount = _attach_overlay(
+                real,
+                {"lowerdir": ":".join(_escaped(Path(p)) for p in lowers), "upperdir": str(overlay.upper), "workdir": str(scratch / "w")},
+            )
         except BaseException:
             os.close(real)
             raise
-        return directory, real, upper, identities
+        return overlay
 
-    def _keep_input_changes(self, real: str, upper: Path, identities: dict[str, tuple[int, ...]], started: int) -> list[str]:
-        """What the node did in its inputs' overlaid directory, done in the real one (its overlay
-        unmounted; ``real``: a path to it that no one can change): a prefetched input it changed is put back (:func:`~sea.stager.put_back`: appended
-        bytes appended; only to the file that was copied, and not over another's change since);
-        anything else as beside its own directory (:meth:`_keep_one`). Returns what could not be."""
+    def _keep_input_changes(self, overlay: _InputOverlay, started: int) -> list[str]:
+        """What the node did in its inputs' overlaid directory, done in the real one, its overlay
+        unmounted (through a descriptor of it: another user's rename or link changes nothing). A
+        prefetched input it changed is put back (:func:`~sea.stager.put_back`: bytes appended are
+        appended, also after another node's appends since; only to the file that was copied; never
+        over another's rewrite); anything else as beside its own directory (:meth:`_keep_one`,
+        with the sizes the files had when the node started). Returns what could not be."""
         failed: list[str] = []
+        real = f"/proc/self/fd/{overlay.real}"
         linked: dict[tuple[int, int], str] = {}
-        for dirpath, dirs, files in os.walk(upper):
-            rel_dir = os.path.relpath(dirpath, upper)
+        for dirpath, dirs, files in os.walk(overlay.upper):
+            rel_dir = os.path.relpath(dirpath, overlay.upper)
             for name in list(dirs) + files:
                 rel = os.path.normpath(os.path.join(rel_dir, name))
                 src, dst = os.path.join(dirpath, name), os.path.join(real, rel)
                 try:
-                    if rel in identities and stat.S_ISREG(os.lstat(src).st_mode):
-                        put_back(Path(src), Path(dst), identities[rel])
+                    if rel in overlay.originals and stat.S_ISREG(os.lstat(src).st_mode):
+                        identity, copy = overlay.originals[rel]
+                        put_back(Path(src), Path(dst), identity, base=copy)
                     else:
-                        self._keep_one(src, dst, dst, started, None, linked)
+                        self._keep_one(src, dst, os.path.join(overlay.directory, rel), started, overlay.sizes.get(rel), linked)
                 except OSError as e:
                     failed.append(f"{rel}: {e.strerror or e}")
         return failed
@@ -383,6 +393,89 @@ class View:
             after = os.lstat(tmp).st_size
             os.replace(tmp, dst)
             noted.write(f"{there.st_size if there is not None else 0} {after}\n")
+
+
+@dataclass
+class _InputOverlay:
+    """An overlay of a prefetched input's directory in a node's view (:meth:`View._overlay_inputs`)."""
+
+    directory: str  # as the node names it
+    real: int  # a descriptor of the real directory, opened before the overlay covered it
+    upper: Path  # what the node did there
+    sizes: dict[str, int]  # the sizes of the files there as the node started (a log it appends to)
+    originals: dict[str, tuple[tuple[int, ...], Path]] = field(default_factory=dict)  # name -> (as copied, the copy)
+    mount: int | None = None  # a descriptor of the overlay's own root
+
+    def detach(self) -> list[str]:
+        """Unmount it, by its own descriptor; what went wrong (nothing is done in the directory then)."""
+        if self.mount is None:
+            return []
+        result = _libc.umount2(os.fsencode(f"/proc/self/fd/{self.mount}"), _MNT_DETACH)
+        number = ctypes.get_errno()
+        os.close(self.mount)
+        self.mount = None
+        return [f"its overlay could not be unmounted: {os.strerror(number)}"] if result != 0 else []
+
+
+_SYS_MOVE_MOUNT, _SYS_FSOPEN, _SYS_FSCONFIG, _SYS_FSMOUNT = 429, 430, 431, 432  # the same on every architecture
+_FSCONFIG_SET_STRING, _FSCONFIG_CMD_CREATE = 1, 6
+_MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+
+
+def _syscall(number: int, *args, what: str) -> int:
+    result = _libc.syscall(number, *args)
+    if result < 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+    return result
+
+
+def _attach_overlay(directory_fd: int, options: dict[str, str]) -> int:
+    """Mount an overlay (``options``: lowerdir, upperdir, workdir) on the directory ``directory_fd``
+    is open on, with the kernel's mount API (no path is looked up again); a descriptor of it."""
+    fs = _syscall(_SYS_FSOPEN, b"overlay", ctypes.c_uint(1), what="fsopen overlay")  # FSOPEN_CLOEXEC
+    try:
+        for key, value in options.items():
+            _syscall(
+                _SYS_FSCONFIG,
+                fs,
+                ctypes.c_uint(_FSCONFIG_SET_STRING),
+                key.encode(),
+                os.fsencode(value),
+                ctypes.c_int(0),
+                what=f"overlay {key}",
+            )
+        _syscall(_SYS_FSCONFIG, fs, ctypes.c_uint(_FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0), what="overlay")
+        mount = _syscall(_SYS_FSMOUNT, fs, ctypes.c_uint(1), ctypes.c_uint(0), what="fsmount")  # FSMOUNT_CLOEXEC
+    finally:
+        os.close(fs)
+    try:
+        flags = ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH)
+        _syscall(_SYS_MOVE_MOUNT, mount, b"", directory_fd, b"", flags, what="move_mount")
+    except OSError:
+        os.close(mount)
+        raise
+    return mount
+
+
+def _sizes_in(directory_fd: int) -> dict[str, int]:
+    """The sizes of the regular files in the directory ``directory_fd`` (``O_PATH``) is open on, by name."""
+    sizes = {}
+    try:
+        fd = os.open(f"/proc/self/fd/{directory_fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return sizes
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_file(follow_symlinks=False):
+                        sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return sizes
 
 
 def _by_directory(copies: tuple[tuple[str, str], ...]) -> dict[str, list[tuple[str, str]]]:

@@ -12,6 +12,8 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
+
 from sea.config import PrefetchSpec, SeaConfig
 from sea.prefetch import PREFETCH_DIR, Prefetcher
 from sea.report import RunReport
@@ -556,6 +558,95 @@ def test_what_a_node_does_beside_its_prefetched_input_is_done_once_as_under_mult
     assert seen["MultiProc"][1].startswith(b"edited by sed") and seen["MultiProc"][3]["notes.txt"] == b"the node ran\n"
     report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
     assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
+
+
+def _appends_at(in_file, target, data, before, after):
+    import os
+    import time
+
+    time.sleep(before)
+    with open(in_file if target is None else os.path.join(os.path.dirname(in_file), target), "ab") as f:  # not an input: not copied
+        f.write(data)
+    time.sleep(after)
+    return in_file
+
+
+@pytest.mark.parametrize("target", ["its-input", "notes.txt"])
+def test_two_nodes_appending_at_once_to_their_input_or_beside_it_keep_both_appends(tmp_path, shm_dir, disk_dir, target):
+    """The tenth adversarial pass: two nodes running at once append to the input they both read
+    (each sees it through its own overlay) or to a log beside it; the one that ended last had its
+    append dropped (said in the log). Now both appends are kept, in the order the nodes ended, as
+    under MultiProc (where they are in the order written: the same here, by the sleeps)."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        (source,) = _files(disk_dir / plugin, 1)
+        (source.parent / "notes.txt").write_bytes(b"notes before\n")
+        wf = Workflow(name="two", base_dir=str(tmp_path / plugin))
+        for name, data, before, after in (("m", b"by-m\n", 0.0, 1.0), ("b", b"by-b\n", 0.5, 1.5)):
+            node = Node(Function(input_names=["in_file", "target", "data", "before", "after"], output_names=["out"], function=_appends_at), name=name)
+            node.inputs.in_file, node.inputs.data, node.inputs.before, node.inputs.after = str(source), data, before, after
+            node.inputs.target = None if target == "its-input" else target
+            wf.add_nodes([node])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if sea else {})})
+        seen[plugin] = tree_files(source.parent)
+    changed = source.name if target == "its-input" else target
+    assert seen["MultiProc"][changed].endswith(b"by-m\nby-b\n")
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits == 2
+
+
+def _replaces_then_waits(in_file, started):
+    import os
+    import time
+
+    with open(in_file + ".tmp", "wb") as f:
+        f.write(b"replaced by the node")
+    os.replace(in_file + ".tmp", in_file)
+    with open(os.path.join(os.path.dirname(in_file), "new.txt"), "w") as f:
+        f.write("made beside its input")
+    with open(started, "w"):
+        pass
+    time.sleep(2)
+    return in_file
+
+
+def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_runs(tmp_path, shm_dir, disk_dir):
+    """The tenth adversarial pass: whoever owns the input's directory renames it while the node
+    runs, and puts a link to another directory at its name. The node's changes, made before,
+    were lost, and its overlay stayed mounted in the worker (unmounted by path, through the link).
+    Now they are in the renamed directory, as under MultiProc, and nothing goes through the link."""
+    import threading
+
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        (source,) = _files(disk_dir / plugin / "data", 1)
+        elsewhere = disk_dir / plugin / "elsewhere"
+        elsewhere.mkdir()
+        started = tmp_path / f"{plugin}-started"
+
+        def swap(data=source.parent, elsewhere=elsewhere, started=started):
+            while not started.exists():
+                __import__("time").sleep(0.02)
+            data.rename(data.with_name("data.old"))
+            data.symlink_to(elsewhere)
+
+        swapper = threading.Thread(target=swap, daemon=True)
+        swapper.start()
+        wf = Workflow(name="swapped", base_dir=str(tmp_path / plugin))
+        node = Node(Function(input_names=["in_file", "started"], output_names=["out"], function=_replaces_then_waits), name="m")
+        node.inputs.in_file, node.inputs.started = str(source), str(started)
+        wf.add_nodes([node])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if sea else {})})
+        swapper.join(timeout=30)
+        seen[plugin] = (tree_files(disk_dir / plugin / "data.old"), tree_files(elsewhere))
+    assert seen["MultiProc"][0][source.name] == b"replaced by the node" and seen["MultiProc"][1] == {}
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
 
 
 def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
