@@ -458,8 +458,15 @@ def _attach_overlay(directory_fd: int, options: dict[str, str]) -> int:
     return mount
 
 
+SIZES_AT_MOST = 256  # files in an input's directory whose sizes a node's view notes as it starts
+
+
 def _sizes_in(directory_fd: int) -> dict[str, int]:
-    """The sizes of the regular files in the directory ``directory_fd`` (``O_PATH``) is open on, by name."""
+    """The sizes of the regular files in the directory ``directory_fd`` (``O_PATH``) is open on, by
+    name; none in a directory of more than :data:`SIZES_AT_MOST` entries (a flat dataset of
+    thousands of files on a slow filesystem: a stat of each for every node would cost more than
+    it saves; appends of two nodes at once to a file there are then merged only through the record
+    each put leaves, :meth:`View._put_file`)."""
     sizes = {}
     try:
         fd = os.open(f"/proc/self/fd/{directory_fd}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -467,7 +474,9 @@ def _sizes_in(directory_fd: int) -> dict[str, int]:
         return sizes
     try:
         with os.scandir(fd) as entries:
-            for entry in entries:
+            for n, entry in enumerate(entries):
+                if n >= SIZES_AT_MOST:
+                    return {}
                 with contextlib.suppress(OSError):
                     if entry.is_file(follow_symlinks=False):
                         sizes[entry.name] = entry.stat(follow_symlinks=False).st_size
