@@ -354,9 +354,28 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None 
         real = Path(os.path.realpath(f"/proc/self/fd/{fd}"))
         tmp, _, _ = stage_copy(src, real)
         if os.geteuid() == 0:
-            os.chown(tmp, st.st_uid, st.st_gid)
+            own_like(tmp, st.st_uid, st.st_gid, stat.S_IMODE(new.st_mode))  # chown drops setuid and setgid
         _put_in_place(tmp, real)
         fsync_dir(real.parent)
+    finally:
+        os.close(fd)
+
+
+def own_like(path: str | Path, uid: int | None, gid: int | None, mode: int | None = None) -> None:
+    """Give the entry at ``path`` this owner (``None``: unchanged) and mode, never through a link
+    someone put there meanwhile: what is changed is the entry itself (a link keeps its target's
+    owner and mode; a file another user put there instead gets the owner it would have had)."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            if uid is not None or gid is not None:
+                os.lchown(path, -1 if uid is None else uid, -1 if gid is None else gid)
+            return
+        this = f"/proc/self/fd/{fd}"  # the entry opened, whatever is at its name now
+        if uid is not None or gid is not None:
+            os.chown(this, -1 if uid is None else uid, -1 if gid is None else gid)
+        if mode is not None:
+            os.chmod(this, mode)
     finally:
         os.close(fd)
 

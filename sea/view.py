@@ -35,6 +35,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import io
 import logging
 import os
 import shutil
@@ -44,7 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .stager import link_beside, put_back, stage_copy
+from .stager import link_beside, own_like, put_back, stage_copy
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
@@ -292,7 +293,11 @@ class View:
                 try:
                     if rel in overlay.originals and stat.S_ISREG(os.lstat(src).st_mode):
                         identity, copy = overlay.originals[rel]
-                        put_back(Path(src), Path(dst), identity, base=copy)
+                        if self.replays is None:
+                            put_back(Path(src), Path(dst), identity, base=copy)
+                        else:
+                            with self._record(os.path.join(overlay.directory, rel)):  # one node at a time puts it back
+                                put_back(Path(src), Path(dst), identity, base=copy)
                     else:
                         self._keep_one(src, dst, os.path.join(overlay.directory, rel), started, overlay.sizes.get(rel), linked)
                 except OSError as e:
@@ -351,8 +356,8 @@ class View:
         if stat.S_ISDIR(st.st_mode):
             os.makedirs(dst, exist_ok=True)  # its entries follow, one by one
             _same_owner(dst, st)
-            os.chmod(dst, stat.S_IMODE(st.st_mode))
-            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            own_like(dst, None, None, stat.S_IMODE(st.st_mode))  # a link put there meanwhile is not followed
+            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
             return
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             tmp = link_beside(linked[st.st_dev, st.st_ino], dst)  # another name of a file it made: one file, as it made it
@@ -368,6 +373,17 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
 
+    @contextlib.contextmanager
+    def _record(self, seen_at: str) -> Iterator[io.TextIOBase]:
+        """The record of the puts of the file the nodes see at ``seen_at`` (in :attr:`replays`),
+        locked: one process at a time puts that file, for the whole run."""
+        self.replays.mkdir(parents=True, exist_ok=True)
+        record = self.replays / hashlib.sha256(os.fsencode(seen_at)).hexdigest()[:32]
+        with open(record, "a+", encoding="ascii") as noted:
+            fcntl.flock(noted.fileno(), fcntl.LOCK_EX)
+            noted.seek(0)
+            yield noted
+
     def _put_file(self, src: str, dst: str, seen_at: str, st: os.stat_result, started: int, size: int | None) -> None:
         """Put the node's copy of a file beside its directory at ``dst``, one process at a time for
         that file (a lock on its record in :attr:`replays`). If another node changed it since this
@@ -375,11 +391,7 @@ class View:
         (:func:`_appended`): its copy was taken when it first wrote, as the file was then, which is
         as one of the recorded sizes left it (each put notes the size before and after) or as it
         was at the node's start (``size``)."""
-        self.replays.mkdir(parents=True, exist_ok=True)
-        record = self.replays / hashlib.sha256(os.fsencode(seen_at)).hexdigest()[:32]
-        with open(record, "a+", encoding="ascii") as noted:
-            fcntl.flock(noted.fileno(), fcntl.LOCK_EX)
-            noted.seek(0)
+        with self._record(seen_at) as noted:
             sizes = {int(x) for line in noted for x in line.split()} | ({size} if size is not None else set())
             try:
                 there = os.lstat(dst)
@@ -499,10 +511,8 @@ def _same_owner(path: str, st: os.stat_result) -> None:
     """As root, ``path`` gets the owner the node's entry has (a colleague's log it appended to stays
     theirs, a file it gave away stays given): the overlay keeps them, a copy is root's. A user
     without privileges owns all they can make."""
-    if os.geteuid() == 0:
-        os.lchown(path, st.st_uid, st.st_gid)
-        if not stat.S_ISLNK(st.st_mode):
-            os.chmod(path, stat.S_IMODE(st.st_mode))  # chown dropped setuid and setgid
+    if os.geteuid() == 0:  # chown drops setuid and setgid: the mode again; a link put at its name is not followed
+        own_like(path, st.st_uid, st.st_gid, None if stat.S_ISLNK(st.st_mode) else stat.S_IMODE(st.st_mode))
 
 
 _files_beside: dict[str, tuple[int, list[str]]] = {}  # directory -> (its mtime, the files in it), per worker process
@@ -552,7 +562,7 @@ def _appended(mine: str, theirs: str, sizes: set[int]) -> str:
     if not starts:
         raise OSError(errno.EBUSY, "another node changed it while this one changed it too: the other's is kept")
     tmp, _, _ = stage_copy(Path(theirs), Path(theirs), sync=False)
-    with open(tmp, "ab") as out:
+    with open(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab") as out:
         out.write(ours[max(starts) :])  # what this node added, after the other's
     return str(tmp)
 

@@ -649,6 +649,30 @@ def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_r
     assert seen["SeaMultiProc"] == seen["MultiProc"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives files away: as root")
+def test_the_owner_and_mode_a_put_back_gives_never_go_through_a_link_put_at_its_name(tmp_path):
+    """The eleventh adversarial pass: a user who can write in an input's directory swapped the
+    temporary Sea writes there for a link to a root-only file; Sea, as root, gave the node's owner
+    and mode to that file (a privilege escalation on /etc/shadow). Owner and mode now go to the
+    entry itself: a link keeps its target as it was."""
+    from sea.stager import own_like
+    from sea.view import _same_owner
+
+    victim = tmp_path / "victim"
+    victim.write_text("root's own")
+    victim.chmod(0o600)
+    link = tmp_path / "in.nii.sea-tmp-1234"
+    link.symlink_to(victim)
+    own_like(link, 65534, 65534, 0o644)
+    _same_owner(str(link), os.stat_result((0o100644, 0, 0, 1, 65534, 65534, 0, 0, 0, 0)))  # a regular file's owner and mode
+    st = victim.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o600), "the link was followed"
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    own_like(regular, 65534, 65534, 0o640)
+    assert (regular.stat().st_uid, regular.stat().st_mode & 0o777) == (65534, 0o640)
+
+
 def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
     """A node that failed on EBUSY for a path of its own (a device, another mount) fails as under
     MultiProc; one whose EBUSY names an input file it read from a prefetched copy runs again."""
