@@ -245,8 +245,8 @@ class View:
         and unmounted by its own (:func:`_attach_overlay`): another user who renames the directory
         or puts a link in its place meanwhile changes neither. ``OSError`` where it cannot be: the
         directory holds, or is in, the home or a tier (an overlay there would hide the node's own),
-        the run's user may not write there (the overlay would let the node), or a copy is not named
-        as its original."""
+        the run's user may not write there (the overlay would let the node), it is not the run's
+        user's own or others may write in it, or a copy is not named as its original."""
         kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
         if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
             raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
@@ -256,6 +256,11 @@ class View:
         try:
             if not os.access(f"/proc/self/fd/{real}", os.W_OK):
                 raise OSError(errno.EACCES, "the run's user may not write in the directory")
+            st = os.fstat(real)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                # what the node did there is made again by path as it returns: another user who can
+                # rename or swap entries there could lead those writes elsewhere (twelfth adversarial pass)
+                raise OSError(errno.EPERM, "another user may change the directory")
             overlay = _InputOverlay(directory, real, scratch / "u", _sizes_in(real))
             for original, copy in pairs:
                 st = os.stat(os.path.basename(original), dir_fd=real)
