@@ -74,7 +74,7 @@ class _Copy:
     skipped: bool = False  # not copied: under MEASURED_BYTES while enabled: auto had not measured
     # the copy's files as it was made: name -> (size, mtime, ctime); a reader's change shows in them
     made: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    # the originals as they were copied: name -> (device, inode, size, mtime); one changed since is not the copy's
+    # the originals as they were copied: name -> (device, inode, size, mtime, ctime); one changed since is not the copy's
     origins: dict[str, tuple[int, int, int, int, int]] = field(default_factory=dict)
 
 
