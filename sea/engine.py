@@ -41,6 +41,7 @@ A runnable example with real files::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -67,6 +68,7 @@ from .prefetch import Prefetcher
 from .private import SeaTierSwapped
 from .probe import remembered
 from .progress import Progress, Rate, Snapshot, WorkLeft
+from .puts import PutRecords
 from .records import Records
 from .report import MemoryReport, RunReport, TierReport, announce
 from .resume import RerunPlan, admit, plan_rerun, sweep_orphan_packs, sweep_partial_copies
@@ -750,7 +752,16 @@ class SeaEngine:
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
             scratch = (tiers[0] if p.tier.is_home else p.tier).workdir / VIEWS_DIR
             return View(self.home, p.logical, p.physical, roots, scratch, tuple((copies or {}).items()), whole_home, self.run._home_identity,
-                        self._mounted_inside_home, tiers[0].workdir / VIEWS_DIR / "replays")  # fmt: skip
+                        self._mounted_inside_home, self._puts)  # fmt: skip
+
+    @functools.cached_property
+    def _puts(self) -> PutRecords | None:
+        """The record of the files the views put back beside node directories (:mod:`sea.puts`):
+        the user's runs' on this node, else this run's own. Made as the first view is."""
+        own = self.hierarchy.fast_tiers[0].workdir / VIEWS_DIR / "replays"
+        with contextlib.suppress(OSError):
+            own.parent.mkdir(parents=True, exist_ok=True)
+        return PutRecords.shared(fallback=own)
 
     @functools.cached_property
     def _mounted_inside_home(self) -> tuple[str, ...]:
@@ -906,7 +917,9 @@ class SeaEngine:
             self.evictor.evict_all()
             if moved is None and self.machine is None:  # (on a Dask worker, another node of the run may still write there)
                 self.flusher.strays_home()
-            for tier in self.hierarchy.fast_tiers[:1]:  # what the views noted of the files they put home (sea.view)
+            if self.__dict__.get("_puts") is not None:  # what the views noted of the files they put back (sea.puts)
+                self._puts.close()
+            for tier in self.hierarchy.fast_tiers[:1]:
                 if tier.private is not None and not tier.private.closed:
                     self.hierarchy.remove(tier.workdir / VIEWS_DIR / "replays")
             nodes = run.nodes.values()

@@ -33,9 +33,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
-import hashlib
-import io
 import logging
 import os
 import shutil
@@ -45,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .puts import PutRecords
 from .stager import link_beside, own_like, put_back, stage_copy
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
@@ -127,7 +125,7 @@ class View:
     whole_home: bool = False  # the overlay covers the home, not only the workflow's directory in it
     home_identity: tuple[int, int] | None = None  # the home's (st_dev, st_ino) as the run started: a home moved away is never viewed
     submounts: tuple[str, ...] = ()  # filesystems mounted inside the home: bound again over the overlay, which hides them
-    replays: Path | None = None  # where the run's processes note the sizes each file beside node directories had as they put it in the home
+    puts: PutRecords | None = None  # the record of the files put back beside node directories (sizes, a lock), the user's runs' on this node
 
     @property
     def at(self) -> Path:
@@ -298,13 +296,13 @@ class View:
                 try:
                     if rel in overlay.originals and stat.S_ISREG(os.lstat(src).st_mode):
                         identity, copy = overlay.originals[rel]
-                        if self.replays is None:
+                        if self.puts is None:
                             put_back(Path(src), Path(dst), identity, base=copy)
                         else:
-                            with self._record(os.path.join(overlay.directory, rel)):  # one node at a time puts it back
+                            with self.puts.record(real, rel):  # one node at a time puts it back, of any of the user's runs
                                 put_back(Path(src), Path(dst), identity, base=copy)
                     else:
-                        self._keep_one(src, dst, os.path.join(overlay.directory, rel), started, overlay.sizes.get(rel), linked)
+                        self._keep_one(src, dst, started, overlay.sizes.get(rel), linked)
                 except OSError as e:
                     failed.append(f"{rel}: {e.strerror or e}")
         return failed
@@ -333,13 +331,13 @@ class View:
                 try:
                     where = self.to_physical(str(self.at / rel))
                     dst = where if not _within(where, self.at) else os.path.join(real_at, rel)
-                    self._keep_one(os.path.join(dirpath, name), dst, f"{self.at}/{rel}", started, sizes.get(rel), linked)
+                    self._keep_one(os.path.join(dirpath, name), dst, started, sizes.get(rel), linked)
                 except OSError as e:
                     failed.append(f"{rel}: {e.strerror or e}")
         return failed
 
-    def _keep_one(self, src: str, dst: str, seen_at: str, started: int, size: int | None, linked: dict[tuple[int, int], str]) -> None:
-        """One entry of an upper layer (``src``), put at ``dst``, which the node saw at ``seen_at``.
+    def _keep_one(self, src: str, dst: str, started: int, size: int | None, linked: dict[tuple[int, int], str]) -> None:
+        """One entry of an upper layer (``src``), put at ``dst``.
         A file there that another node changed too while this one ran (both appended to
         ``../log.txt``): what this node added after the bytes the file had when it started
         (``size``, if known) is added to the other's; if this node changed those bytes, the other's
@@ -366,8 +364,8 @@ class View:
             return
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_dev, st.st_ino) in linked:
             tmp = link_beside(linked[st.st_dev, st.st_ino], dst)  # another name of a file it made: one file, as it made it
-        elif stat.S_ISREG(st.st_mode) and (there is None or stat.S_ISREG(there.st_mode)) and self.replays is not None:
-            self._put_file(src, dst, seen_at, st, started, size)
+        elif stat.S_ISREG(st.st_mode) and (there is None or stat.S_ISREG(there.st_mode)) and self.puts is not None:
+            self._put_file(src, dst, st, started, size)
             if st.st_nlink > 1:
                 linked.setdefault((st.st_dev, st.st_ino), dst)
             return
@@ -378,25 +376,14 @@ class View:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             linked.setdefault((st.st_dev, st.st_ino), dst)
 
-    @contextlib.contextmanager
-    def _record(self, seen_at: str) -> Iterator[io.TextIOBase]:
-        """The record of the puts of the file the nodes see at ``seen_at`` (in :attr:`replays`),
-        locked: one process at a time puts that file, for the whole run."""
-        self.replays.mkdir(parents=True, exist_ok=True)
-        record = self.replays / hashlib.sha256(os.fsencode(seen_at)).hexdigest()[:32]
-        with open(record, "a+", encoding="ascii") as noted:
-            fcntl.flock(noted.fileno(), fcntl.LOCK_EX)
-            noted.seek(0)
-            yield noted
-
-    def _put_file(self, src: str, dst: str, seen_at: str, st: os.stat_result, started: int, size: int | None) -> None:
+    def _put_file(self, src: str, dst: str, st: os.stat_result, started: int, size: int | None) -> None:
         """Put the node's copy of a file beside its directory at ``dst``, one process at a time for
-        that file (a lock on its record in :attr:`replays`). If another node changed it since this
+        that file, of any of the user's runs on this node (a lock on its record: :mod:`sea.puts`). If another node changed it since this
         one started (both appended to ``../log.txt``), what this node appended is added to it
         (:func:`_appended`): its copy was taken when it first wrote, as the file was then, which is
         as one of the recorded sizes left it (each put notes the size before and after) or as it
         was at the node's start (``size``)."""
-        with self._record(seen_at) as noted:
+        with self.puts.record(os.path.dirname(dst), os.path.basename(dst)) as noted:
             sizes = {int(x) for line in noted for x in line.split()} | ({size} if size is not None else set())
             try:
                 there = os.lstat(dst)

@@ -598,6 +598,64 @@ def test_two_nodes_appending_at_once_to_their_input_or_beside_it_keep_both_appen
     assert RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json").prefetch_hits == 2
 
 
+_TWO_RUNS = """
+import sys
+from nipype import Function, Node, Workflow
+
+def appends(in_file, tag, meet):
+    import glob, os, time
+    open(in_file, "ab").write(tag.encode())
+    with open(os.path.join(os.path.dirname(in_file), "notes.txt"), "a") as f:
+        f.write(tag + "\\n")
+    open(os.path.join(meet, tag), "w").close()
+    while len(arrived := glob.glob(os.path.join(meet, "*"))) < 4:
+        time.sleep(0.01)
+    time.sleep(max(0, max(os.stat(p).st_mtime for p in arrived) + 0.5 - time.time()))  # the four, of both runs, return at once
+    return tag
+
+base, tier, in_file, run, meet = sys.argv[1:6]
+wf = Workflow(name="wf", base_dir=base)
+for i in range(2):
+    node = Node(Function(input_names=["in_file", "tag", "meet"], output_names=["out"], function=appends), name=f"n{i}")
+    node.inputs.in_file, node.inputs.tag, node.inputs.meet = in_file, f"{run}{i}", meet
+    wf.add_nodes([node])
+wf.config["execution"]["poll_sleep_duration"] = 0.05
+wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": tier}], "prefetch": True}})
+"""
+
+
+def test_two_runs_on_one_data_directory_keep_every_append_beside_and_to_their_input(tmp_path, shm_dir, disk_dir):
+    """The twelfth adversarial pass (X1): two Sea runs, each with its own work directory and tier,
+    read one data directory; their four nodes append to the input and a line to a log beside it
+    and return at once. A line was lost without a word in half the trials: each run held its
+    own lock and record of the files it put back. They are the user's on the node now
+    (:mod:`sea.puts`): every append is kept, as under MultiProc."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(_TWO_RUNS)
+    for trial in range(2):  # a line was lost in one trial of two or more
+        (source,) = _files(disk_dir / f"data{trial}", 1)
+        (source.parent / "notes.txt").write_bytes(b"before\n")
+        (meet := tmp_path / f"meet{trial}").mkdir()
+        runs = [
+            subprocess.Popen(
+                [sys.executable, str(script), str(tmp_path / f"run{trial}{r}"), str(shm_dir), str(source), r, str(meet)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+            for r in "AB"
+        ]
+        logs = [p.communicate(timeout=300)[0].decode() for p in runs]
+        assert [p.returncode for p in runs] == [0, 0], logs
+        lines = (source.parent / "notes.txt").read_text().splitlines()
+        assert sorted(lines) == ["A0", "A1", "B0", "B1", "before"], (trial, logs)
+        tail = source.read_bytes()[2**20 :]
+        assert sorted(tail[i : i + 2] for i in range(0, len(tail), 2)) == [b"A0", b"A1", b"B0", b"B1"], tail
+        assert not any("could not" in log for log in logs), logs
+
+
 def _replaces_then_waits(in_file, started):
     import os
     import time
