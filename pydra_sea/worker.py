@@ -604,8 +604,11 @@ def _process_init() -> None:
 # job there, so that a process that ends one starts the next while Pydra's loop, which asks each
 # queued job whether it is done after every turn (its cost grows with the graph), is busy; handing
 # a job over only when a process was free made that loop turn once per job, the processes waiting
-# for it (2.6x cf's time on 500 trivial tasks, 3.7x on 1,000; issue 36)
-AHEAD_PER_PROCESS = 16
+# for it (2.6x cf's time on 500 trivial tasks, 3.7x on 1,000; issue 36). 16 fed the processes up to
+# ~1,000 jobs; beyond, one turn of that loop outlasts 16 jobs a process, which then wait: at 3,000
+# trivial tasks 78-85 s against 61-67 s with 64 (cf: 62-65 s); 128 and 256, each a burst of jobs
+# placed and pickled in one turn of the loop, were slower again (77-96 s)
+AHEAD_PER_PROCESS = 64
 
 
 class _Processes:

@@ -50,7 +50,7 @@ import psutil
 
 from .config import PrefetchSpec
 from .sizes import parse_fraction, parse_size
-from .stager import CHUNK, atomic_copy, is_temporary, put_back
+from .stager import CHUNK, atomic_copy, identity, is_temporary, put_back
 from .tiers import StorageHierarchy, Tier
 
 logger = logging.getLogger("sea")
@@ -292,7 +292,7 @@ class Prefetcher:
             copy.made[entry.name] = now
             if entry.name in copy.origins:  # the original is the copy again: fresh for its next readers
                 with contextlib.suppress(OSError):
-                    copy.origins[entry.name] = _identity(os.stat(original))
+                    copy.origins[entry.name] = identity(os.stat(original))
             self.stats.written_back += 1
 
     # ------------------------------------------------------------------ copies
@@ -328,7 +328,7 @@ class Prefetcher:
 
     def _copy(self, copy: _Copy, companions: list[Path]) -> None:
         try:
-            origins = {p.name: _identity(os.stat(p)) for p in [*companions, copy.source]}
+            origins = {p.name: identity(os.stat(p)) for p in [*companions, copy.source]}
             for source in companions:
                 atomic_copy(source, copy.target.parent / source.name)
             atomic_copy(copy.source, copy.target)
@@ -448,15 +448,9 @@ def _identity_of(path: Path) -> tuple[int, int, int, int, int] | None:
     recorded when it was copied (a node that ran since may have changed it through another path:
     its readers then read the original, as without prefetch)."""
     try:
-        return _identity(os.stat(path))
+        return identity(os.stat(path))
     except OSError:
         return None
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    """The file as it was copied: a change that keeps its size and mtime (``touch -r``, ``cp -p``, a
-    coarse-grained mtime) still changes its ctime."""
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _companions(source: Path) -> list[Path]:

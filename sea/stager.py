@@ -307,6 +307,12 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
+def identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """A file as it was copied, for :func:`put_back`: a change that keeps its size and mtime
+    (``touch -r``, ``cp -p``, a coarse-grained mtime) still changes its ctime."""
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None = None) -> None:
     """Put ``src``, a copy of the file ``dst`` a node changed, at ``dst``, as the node's change would
     have left it there: only if ``dst`` is still the file that was copied (``identity``: its device,

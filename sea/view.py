@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .puts import PutRecords
-from .stager import link_beside, own_like, put_back, stage_copy
+from .stager import identity, link_beside, own_like, put_back, stage_copy
 
 _CLONE_NEWNS, _CLONE_NEWUSER = 0x00020000, 0x10000000
 _MS_BIND, _MS_REC, _MS_SLAVE = 0x1000, 0x4000, 0x80000
@@ -263,7 +263,7 @@ class View:
             for original, copy in pairs:
                 st = os.stat(os.path.basename(original), dir_fd=real)
                 overlay.originals[os.path.basename(original)] = (
-                    (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+                    identity(st),
                     Path(copy),
                 )
             lowers = list(dict.fromkeys(os.path.dirname(copy) for _original, copy in pairs)) + [f"/proc/self/fd/{real}"]
@@ -295,12 +295,12 @@ class View:
                 src, dst = os.path.join(dirpath, name), os.path.join(real, rel)
                 try:
                     if rel in overlay.originals and stat.S_ISREG(os.lstat(src).st_mode):
-                        identity, copy = overlay.originals[rel]
+                        as_copied, copy = overlay.originals[rel]
                         if self.puts is None:
-                            put_back(Path(src), Path(dst), identity, base=copy)
+                            put_back(Path(src), Path(dst), as_copied, base=copy)
                         else:
                             with self.puts.record(real, rel):  # one node at a time puts it back, of any of the user's runs
-                                put_back(Path(src), Path(dst), identity, base=copy)
+                                put_back(Path(src), Path(dst), as_copied, base=copy)
                     else:
                         self._keep_one(src, dst, started, overlay.sizes.get(rel), linked)
                 except OSError as e:
