@@ -224,6 +224,7 @@ def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: N = 20, 60; part: 200 to 2,000; full: 200, 500, 1,000, 2,000, 5,000, 20,000")
+    parser.add_argument("--sizes", help="comma-separated N to run instead of --size's (e.g. 1000,5000); results in scaling-n<N>-<N>.md")
     parser.add_argument("--plugins", default=",".join(PLUGINS), help="comma-separated, of " + ", ".join(PLUGINS + TIER_PATHS))
     parser.add_argument("--cap", type=float, default=600.0, help="seconds after which a plugin is not run at larger N")
     parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results"), help="directory for scaling-<size>.md and .json")
@@ -232,8 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in plugins if p not in PLUGINS + TIER_PATHS]
     if unknown:
         parser.error(f"unknown plugin(s) {', '.join(unknown)}; choose among {', '.join(PLUGINS + TIER_PATHS)}")
+    try:
+        sizes = tuple(int(n) for n in args.sizes.split(",")) if args.sizes else SIZES[args.size]
+    except ValueError:
+        parser.error(f"--sizes {args.sizes!r}: give whole numbers separated by commas, e.g. 1000,5000")
+    if args.sizes:
+        args.size = "n" + "-".join(map(str, sizes))
     machine = describe_machine()
-    records = run_all(SIZES[args.size], plugins, args.cap)
+    records = run_all(sizes, plugins, args.cap)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"scaling-{args.size}" + ("-tierpaths" if any(p in TIER_PATHS for p in plugins) else "")
