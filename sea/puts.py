@@ -34,12 +34,14 @@ import contextlib
 import fcntl
 import hashlib
 import io
+import logging
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+logger = logging.getLogger("sea")
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ACTIVE = "active"
 
@@ -60,7 +62,7 @@ def _open_own(where: Path) -> int:
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         os.close(fd)
-        raise OSError(f"{where} is not a directory of the user's own that no one else may write")
+        raise OSError(f"it is not a directory of yours that only you may write (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
     return fd
 
 
@@ -83,7 +85,13 @@ class PutRecords:
             for _attempt in range(10):  # the last run out removes the directory: then made again
                 try:
                     fd = _open_own(place)
-                except OSError:
+                except OSError as e:
+                    if place != fallback:
+                        logger.warning(
+                            "[Sea] %s: %s; this run keeps its own record of the files its nodes put back beside their directories, "
+                            "not shared with your other runs on this node (remove it if you did not make it)",
+                            place, e.strerror or e,
+                        )  # fmt: skip
                     break
                 records = cls(place)
                 try:

@@ -30,7 +30,7 @@ def test_the_last_run_out_removes_the_records_and_not_before(tmp_path):
 
 
 @pytest.mark.parametrize("made", ["a link", "writable by others", "another user's"])
-def test_a_place_someone_else_could_have_made_is_refused_for_the_runs_own(tmp_path, made):
+def test_a_place_someone_else_could_have_made_is_refused_for_the_runs_own_in_one_line(tmp_path, made, caplog):
     where, fallback, target = tmp_path / "puts", tmp_path / "own", tmp_path / "elsewhere"
     target.mkdir()
     if made == "a link":
@@ -40,6 +40,8 @@ def test_a_place_someone_else_could_have_made_is_refused_for_the_runs_own(tmp_pa
         os.chmod(where, 0o777) if made == "writable by others" else os.chown(where, 12345, 12345)
     records = PutRecords.shared(where, fallback=fallback)
     assert records.where == fallback
+    said = [r.getMessage() for r in caplog.records if r.name == "sea"]
+    assert len(said) == 1 and str(where) in said[0] and "not shared with your other runs" in said[0], said
     with records.record(str(tmp_path), "notes.txt") as noted:
         noted.write("0 1\n")
     records.close()
