@@ -151,7 +151,9 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
     assert_no_foreign_access(client, tiers)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+# SIGTERM (what SLURM sends) by default; SIGINT takes the same path here (tests/test_interrupt.py has both
+# signals through MultiProc-like runs) and runs with --run-slow
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluster, disk_dir, signum):
     """Ctrl-C or SLURM's SIGTERM to the driver (the workers are other jobs, and live on): it exits
     within seconds, nothing is left half-copied in the home, every worker's journal records the

@@ -139,7 +139,7 @@ def test_the_records_of_nodes_that_ended_as_the_home_moved_make_no_new_home(tmp_
     assert records.failed
 
 
-@pytest.mark.parametrize("checkpoints", ["auto", "all"])
+@pytest.mark.parametrize("checkpoints", [pytest.param("auto", marks=pytest.mark.slow), "all"])  # all: the most to resume; auto with --run-slow
 def test_the_home_moved_mid_run_ends_it_in_one_line_and_moved_back_the_same_command_resumes(disk_dir, shm_dir, checkpoints):
     """A user renames the work directory (``mv work work.old``) while the run goes on (MultiProc, in
     the same situation, spun at full CPU until it was killed ten minutes later). Sea ends the run in

@@ -36,8 +36,18 @@ def wait_for(pipeline: Pipeline, root, proc, event: str, count: int) -> None:
         time.sleep(0.005)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("adapter", adapters())
+def _stops() -> list:
+    """Each adapter with each signal; by default each signal once (Ctrl-C to a Nipype run, SLURM's
+    SIGTERM to a Pydra one: the same handler), every pair with --run-slow."""
+    pairs = []
+    for adapter in adapters():
+        name, marks = (adapter, ()) if isinstance(adapter, str) else (adapter.values[0], adapter.marks)
+        for signum, default in ((signal.SIGINT, name == "nipype"), (signal.SIGTERM, name != "nipype")):
+            pairs.append(pytest.param(name, signum, marks=[*marks, *(() if default else (pytest.mark.slow,))], id=f"{name}-{signum.name}"))
+    return pairs
+
+
+@pytest.mark.parametrize(("adapter", "signum"), _stops())
 def test_a_stopped_run_commits_what_is_under_way_and_resumes(adapter, signum, disk_dir, shm_dir):
     pipeline = Pipeline(adapter)
     reference = disk_dir / "reference"

@@ -776,7 +776,7 @@ RULED_CHAIN = """
 """
 
 
-@pytest.mark.parametrize("mode", ["remove", "keep"])
+@pytest.mark.parametrize("mode", ["remove", pytest.param("keep", marks=pytest.mark.slow)])  # keep: the same path, with --run-slow
 def test_a_rule_dropping_a_file_a_consumer_reads_leaves_no_directory_taken_as_done(disk_dir, shm_dir, mode):
     """A rule removes (or keeps on the tier) the file node ``b`` hands to ``c``; ``auto`` keeps
     ``b``'s directory. Its copy home held the result but not the file: Nipype took ``b`` as done on
