@@ -357,14 +357,37 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None 
                 return
         finally:
             os.close(fin)
-        real = Path(os.path.realpath(f"/proc/self/fd/{fd}"))
-        tmp, _, _ = stage_copy(src, real)
-        if os.geteuid() == 0:
-            own_like(tmp, st.st_uid, st.st_gid, stat.S_IMODE(new.st_mode))  # chown drops setuid and setgid
-        _put_in_place(tmp, real)
-        fsync_dir(real.parent)
+        parent, name = _directory_holding(fd, dst)
+        try:
+            real = Path(f"/proc/self/fd/{parent}") / name  # that directory, wherever it is now
+            tmp, _, _ = stage_copy(src, real)
+            if os.geteuid() == 0:
+                own_like(tmp, st.st_uid, st.st_gid, stat.S_IMODE(new.st_mode))  # chown drops setuid and setgid
+            _put_in_place(tmp, real)
+            fsync_dir(real.parent)
+        finally:
+            os.close(parent)
     finally:
         os.close(fd)
+
+
+def _directory_holding(fd: int, path: Path) -> tuple[int, str]:
+    """A descriptor of the directory that holds the file ``fd`` is open on, and its name there:
+    ``path``'s own directory if ``path`` names that file itself, else (``path`` is a link to it) the
+    directory its real path names, checked to hold it under that name. Nothing is written through
+    a directory someone put in the place of another meanwhile: ``ESTALE`` then."""
+    st = os.fstat(fd)
+    there = os.lstat(path)
+    where = path if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino) else Path(os.path.realpath(f"/proc/self/fd/{fd}"))
+    parent = os.open(where.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        found = os.stat(where.name, dir_fd=parent, follow_symlinks=False)
+        if (found.st_dev, found.st_ino) != (st.st_dev, st.st_ino):
+            raise OSError(errno.ESTALE, "it is not the file that was copied any more")
+    except BaseException:
+        os.close(parent)
+        raise
+    return parent, where.name
 
 
 def own_like(path: str | Path, uid: int | None, gid: int | None, mode: int | None = None) -> None:
@@ -415,7 +438,10 @@ def link_beside(target: str | Path, dst: str | Path) -> Path:
     """Another name (a hard link) for the file ``target``, under a temporary name next to ``dst``:
     renamed over ``dst``, it keeps two names of one file one file, as a node made them."""
     tmp = Path(dst).parent / temporary_name(Path(dst).name, secrets.token_hex(4))
-    os.link(target, tmp)
+    os.link(target, tmp, follow_symlinks=False)  # a link put at ``target`` since is linked as a link, never its target
+    if not stat.S_ISREG(os.lstat(tmp).st_mode):
+        _unlink(tmp)
+        raise OSError(errno.ESTALE, "it is not the file that was made there any more")
     return tmp
 
 

@@ -243,8 +243,10 @@ class View:
         and unmounted by its own (:func:`_attach_overlay`): another user who renames the directory
         or puts a link in its place meanwhile changes neither. ``OSError`` where it cannot be: the
         directory holds, or is in, the home or a tier (an overlay there would hide the node's own),
-        the run's user may not write there (the overlay would let the node), it is not the run's
-        user's own or others may write in it, or a copy is not named as its original."""
+        the run's user may not write there (the overlay would let the node), or a copy is not named
+        as its original. A directory others may write in (another user's, a shared one) is overlaid
+        too: what the node did there is done again through descriptors, never through a link or a
+        directory someone put in the place of one (:meth:`_keep_input_changes`)."""
         kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
         if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
             raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
@@ -254,11 +256,6 @@ class View:
         try:
             if not os.access(f"/proc/self/fd/{real}", os.W_OK):
                 raise OSError(errno.EACCES, "the run's user may not write in the directory")
-            st = os.fstat(real)
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                # what the node did there is made again by path as it returns: another user who can
-                # rename or swap entries there could lead those writes elsewhere (twelfth adversarial pass)
-                raise OSError(errno.EPERM, "another user may change the directory")
             overlay = _InputOverlay(directory, real, scratch / "u", _sizes_in(real))
             for original, copy in pairs:
                 st = os.stat(os.path.basename(original), dir_fd=real)
@@ -284,27 +281,45 @@ class View:
         prefetched input it changed is put back (:func:`~sea.stager.put_back`: bytes appended are
         appended, also after another node's appends since; only to the file that was copied; never
         over another's rewrite); anything else as beside its own directory (:meth:`_keep_one`,
-        with the sizes the files had when the node started). Returns what could not be."""
+        with the sizes the files had when the node started). Returns what could not be.
+
+        Each entry is put through a descriptor of its directory, opened from the one above without
+        following a link (the directory may be another user's, who may swap a directory the node
+        made for a link to one of root's as it is made again): a directory swapped so is said, and
+        nothing of it is written anywhere else (twelfth adversarial pass, X2)."""
         failed: list[str] = []
         real = f"/proc/self/fd/{overlay.real}"
         linked: dict[tuple[int, int], str] = {}
-        for dirpath, dirs, files in os.walk(overlay.upper):
-            rel_dir = os.path.relpath(dirpath, overlay.upper)
-            for name in list(dirs) + files:
-                rel = os.path.normpath(os.path.join(rel_dir, name))
-                src, dst = os.path.join(dirpath, name), os.path.join(real, rel)
-                try:
-                    if rel in overlay.originals and stat.S_ISREG(os.lstat(src).st_mode):
-                        as_copied, copy = overlay.originals[rel]
-                        if self.puts is None:
-                            put_back(Path(src), Path(dst), as_copied, base=copy)
-                        else:
-                            with self.puts.record(real, rel):  # one node at a time puts it back, of any of the user's runs
+        opened = {".": overlay.real}  # a directory of the upper layer -> a descriptor of the real one
+        try:
+            for dirpath, dirs, files in os.walk(overlay.upper):
+                rel_dir = os.path.normpath(os.path.relpath(dirpath, overlay.upper))
+                parent = opened.get(rel_dir)
+                if parent is None:  # it could not be made or opened: said once, as its entry
+                    dirs[:] = []
+                    continue
+                for name in list(dirs) + files:
+                    rel = os.path.normpath(os.path.join(rel_dir, name))
+                    src, dst = os.path.join(dirpath, name), f"/proc/self/fd/{parent}/{name}"
+                    try:
+                        st = os.lstat(src)
+                        if rel in overlay.originals and stat.S_ISREG(st.st_mode):
+                            as_copied, copy = overlay.originals[rel]
+                            if self.puts is None:
                                 put_back(Path(src), Path(dst), as_copied, base=copy)
-                    else:
-                        self._keep_one(src, dst, started, overlay.sizes.get(rel), linked)
-                except OSError as e:
-                    failed.append(f"{rel}: {e.strerror or e}")
+                            else:
+                                with self.puts.record(real, rel):  # one node at a time puts it back, of any of the user's runs
+                                    put_back(Path(src), Path(dst), as_copied, base=copy)
+                        else:
+                            self._keep_one(src, dst, started, overlay.sizes.get(rel), linked)
+                            if stat.S_ISDIR(st.st_mode):
+                                opened[rel] = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+                    except OSError as e:
+                        failed.append(f"{rel}: {e.strerror or e}")
+        finally:
+            for rel, fd in opened.items():
+                if rel != ".":
+                    os.close(fd)
         return failed
 
     def _keep_writes_outside(self, upper: Path, real_at: str, started: int, sizes: dict[str, int]) -> list[str]:
@@ -547,7 +562,9 @@ def _appended(mine: str, theirs: str, sizes: set[int]) -> str:
         )
     with open(mine, "rb") as a:
         ours = a.read()
-    with open(theirs, "rb") as b:
+    with open(os.open(theirs, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as b:  # never through a link
+        if not stat.S_ISREG(os.fstat(b.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "it is not a regular file any more")
         current = b.read()
     shared = _common_prefix_length(ours, current)
     starts = [n for n in sizes if n <= shared and n < len(ours)]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -705,6 +707,67 @@ def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_r
         seen[plugin] = (tree_files(disk_dir / plugin / "data.old"), tree_files(elsewhere))
     assert seen["MultiProc"][0][source.name] == b"replaced by the node" and seen["MultiProc"][1] == {}
     assert seen["SeaMultiProc"] == seen["MultiProc"]
+
+
+def _makes_a_directory_beside(in_file):
+    import os
+
+    directory = os.path.dirname(in_file)
+    made = os.path.join(directory, ".out.partial")
+    os.mkdir(made)
+    for i in range(300):
+        with open(os.path.join(made, f"f{i:03d}.txt"), "w") as f:
+            f.write(f"file {i}\n")
+    os.rename(made, os.path.join(directory, "out"))  # whole, at once: nothing of it is written after
+    return in_file
+
+
+def test_a_directory_made_beside_an_input_and_swapped_for_a_link_as_it_is_made_again_sends_nothing_through_it(tmp_path, shm_dir, disk_dir):
+    """The twelfth adversarial pass (X2): whoever may write in an input's directory watches for the
+    directory a node made there (``out``, with 300 files) and, as soon as it is there, renames it
+    and puts a link to another directory in its place. Under MultiProc the node made it whole
+    before that: nothing reaches the link's target. Sea made it again, entry by entry, by path as
+    the node returned: the files after the swap went through the link (as root, into any
+    directory). Now each entry goes through a descriptor of its directory opened without following
+    a link: nothing reaches the target; the files are in the renamed directory, or said to be lost."""
+    import threading
+
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        (source,) = _files(disk_dir / plugin / "data", 1)
+        target = disk_dir / plugin / "target"
+        target.mkdir()
+        stop = threading.Event()
+
+        def swap(data=source.parent, target=target, stop=stop):
+            out = data / "out"
+            while not stop.is_set():
+                try:
+                    if stat.S_ISDIR(out.lstat().st_mode):
+                        out.rename(data / "out.swapped")
+                        out.symlink_to(target)
+                        return
+                except FileNotFoundError:
+                    pass
+                time.sleep(0.0005)
+
+        swapper = threading.Thread(target=swap, daemon=True)
+        swapper.start()
+        wf = Workflow(name="beside", base_dir=str(tmp_path / plugin))
+        node = Node(Function(input_names=["in_file"], output_names=["out"], function=_makes_a_directory_beside), name="m")
+        node.inputs.in_file = str(source)
+        wf.add_nodes([node])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if sea else {})})
+        stop.set()
+        swapper.join(timeout=30)
+        assert (source.parent / "out").is_symlink(), f"{plugin}: the directory was not swapped"
+        seen[plugin] = (tree_files(target), tree_files(source.parent / "out.swapped"))
+    assert seen["MultiProc"][0] == {} and len(seen["MultiProc"][1]) == 300
+    assert seen["SeaMultiProc"][0] == {}, f"{len(seen['SeaMultiProc'][0])} of the node's files went through the link"
+    assert seen["SeaMultiProc"][1].items() <= seen["MultiProc"][1].items()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives files away: as root")
