@@ -31,6 +31,10 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   converter keeps a file set of the field's class as it is (``TypeParser.coerce``); a node's
   consumers are its successors' ``node._task`` fields holding ``LazyOutField`` objects naming it
   (``_node``, ``_field``);
+- ``NodeExecution.update_status`` (``queued``: state index -> job; ``running``: state index ->
+  (job, start time)): Pydra's loop calls it for every node after each job ends, and it asks every
+  queued and running job whether it is done, a look on disk each; jobs the worker still runs are
+  left out of that look (:func:`skip_status_of`);
 - ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
   job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
   set as ``Submitter.__call__`` sets it).
@@ -303,6 +307,49 @@ def find_results_on_tiers(locate: ty.Callable[[str], Path | None] | None) -> Non
 
         load_result._sea_original = original
         job_module.load_result = load_result
+
+
+_held: dict[int, ty.Any] = {}  # id -> a job the worker still runs (skip_status_of)
+_update_status: ty.Callable | None = None  # Pydra's own NodeExecution.update_status
+
+
+def skip_status_of(held: dict[int, ty.Any] | None) -> None:
+    """Pydra's loop asks, after each job ends, every queued or running job of every node whether it
+    is done (``NodeExecution.update_status``: ``Job.done`` loads its result from disk, each of its
+    caches in turn, ``Job.run_start_time`` stats its lock): a turn's cost grows with the jobs
+    queued, which is every job of a fan-out, and the loop falls behind the processes past a few
+    thousand jobs (cf's too). A job in ``held`` (by id: those the worker has not returned yet) is
+    not done: it is left out of that look, and looked at as Pydra does once the worker returned
+    it. ``None``: Pydra's own look for every job. A fix that belongs in Pydra: a turn could look
+    only at the jobs whose futures ended."""
+    global _held, _update_status
+    from pydra.engine.submitter import NodeExecution
+
+    _held = held if held is not None else {}
+    if _update_status is None:
+        _update_status = NodeExecution.update_status
+        NodeExecution.update_status = _update_status_skipping_held
+
+
+def _update_status_skipping_held(self) -> None:
+    """``NodeExecution.update_status`` while :func:`skip_status_of` holds jobs (a module-level
+    function: a job pickled for a process refers to it by name, never by value)."""
+    held = _held
+    if not held or not self.started:
+        return _update_status(self)
+    queued = {i: job for i, job in self.queued.items() if id(job) in held}
+    running = {i: entry for i, entry in self.running.items() if id(entry[0]) in held}
+    if len(queued) == len(self.queued) and len(running) == len(self.running):
+        return None  # all still with the worker: nothing to look at
+    for i in queued:
+        del self.queued[i]
+    for i in running:
+        del self.running[i]
+    try:
+        return _update_status(self)
+    finally:
+        self.queued.update(queued)
+        self.running.update(running)
 
 
 def look_in_home(job, home: Path, tier: Path) -> None:

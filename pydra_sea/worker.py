@@ -114,6 +114,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # (key, quiet) -> futures waiting for it to settle (see _settled)
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
+    _with_us: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> a job run() has not returned
     _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
     _machine: str | None = attrs.field(default=None, init=False, repr=False, eq=False)  # on a Dask worker: its name
     _dask_run: ty.Any = attrs.field(default=None, init=False, repr=False, eq=False)  # the client's DaskRun
@@ -159,6 +160,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
             px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result
+            px_.skip_status_of(self._with_us)  # Pydra's loop looks on disk only at jobs returned
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
@@ -207,6 +209,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._interrupt.quiet()  # a second Ctrl-C must not cut the final flushes short
         engine, self.engine = self.engine, None
         px_.find_results_on_tiers(None)
+        px_.skip_status_of(None)
         self._registered.clear()
         self._persisted.clear()
         self._claimed.clear()
@@ -260,6 +263,13 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return await self._dask_run.run(run_nested_workflow, job, self.sea, rerun, type(self))  # whole, on one worker
 
     async def run(self, job, rerun: bool = False):
+        self._with_us[id(job)] = job
+        try:
+            return await self._run(job, rerun)
+        finally:
+            self._with_us.pop(id(job), None)
+
+    async def _run(self, job, rerun: bool):
         if self._dask_run is not None:  # a task of the workflow the client expands: in the home
             return await self._dask_run.run(run_task, job, rerun, type(self))
         found = self._locate(job)
@@ -562,7 +572,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     # process pool and the event loop (neither can be pickled with a workflow job)
     def __getstate__(self) -> dict[str, ty.Any]:
         state = super().__getstate__()
-        state.update(engine=None, _workflows=[], _registered=set(), _held={}, _slots=None, _persisted=set(), _waiting={}, _loop_of_run=None, _running={}, _interrupt=StopSignals(), _machine=None, _dask_run=None, _ran=[], last_run=None, _claimed={}, _ended={}, _twins={}, _located={}, _watch=None, _retiring=None, _memory={}, _consumed={})  # owned by the submitting process
+        # what the submitting process owns (every field not given to __init__, each made anew; cf's pool is cf's own):
+        # a job pickled for a process carries its submitter's worker, never the jobs it holds
+        state.update({f.name: f.default.factory() if isinstance(f.default, attrs.Factory) else f.default for f in attrs.fields(type(self)) if not f.init and f.name != "pool"})
         return state
 
     def __setstate__(self, state: dict[str, ty.Any]) -> None:

@@ -65,6 +65,60 @@ def test_runs_a_workflow_like_cf(tmp_path, how):
     assert not ours.errored and ours.outputs.out == theirs.outputs.out == 6
 
 
+@python.define(outputs=["out"])
+def Doubled(i: int) -> int:
+    return 2 * i
+
+
+@python.define(outputs=["out"])
+def Summed(values: list[int]) -> int:
+    return sum(values)
+
+
+@workflow.define(outputs=["total"])
+def Fan(values: list[int]) -> int:
+    doubled = workflow.add(Doubled().split(i=values).combine("i"), name="double")
+    return workflow.add(Summed(values=doubled.out), name="total").out
+
+
+def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir, monkeypatch):
+    """Pydra's loop asks every queued job whether it is done (its result loaded from disk) after
+    each job ends: past a few thousand jobs a turn outlasted the processes' work. A job the worker
+    has not returned is not done, and is not looked at (``_pydra_internals.skip_status_of``); the
+    result is cf's."""
+    from pydra.engine.job import Job
+
+    from pydra_sea import _pydra_internals as px_
+
+    looked = {"held": 0, "returned": 0}
+    done = Job.done
+
+    def counted(job):
+        looked["held" if id(job) in px_._held else "returned"] += 1
+        return done.fget(job)
+
+    monkeypatch.setattr(Job, "done", property(counted))
+    with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        result = sub(Fan(values=list(range(40))))
+    assert not result.errored and result.outputs.total == 2 * sum(range(40))
+    assert looked["held"] == 0 and looked["returned"] > 0, looked
+    assert px_._held == {}, "the run's jobs are still held after it"
+
+
+def test_a_pickled_worker_carries_none_of_what_its_process_holds():
+    """A job sent to a process is pickled with its submitter, and so with this worker: every field
+    the submitting process owns (the jobs it holds among them) goes as new, or each job carried the
+    others (a fan-out of N jobs pickled N^2)."""
+    import attrs
+
+    worker = SeaWorker(n_procs=1, sea={"tiers": [{"path": "/dev/shm"}]})
+    worker._with_us[1] = worker._claimed["x"] = object()
+    state = worker.__getstate__()
+    owned = [f for f in attrs.fields(SeaWorker) if not f.init and f.name != "pool"]
+    assert owned and all(not state[f.name] for f in owned if f.name != "_interrupt"), {f.name: state[f.name] for f in owned}
+    worker.pool.shutdown()
+
+
 def test_a_bad_config_fails_in_the_submitter_before_any_task(tmp_path):
     with pytest.raises(SeaConfigError) as error:
         Submitter(worker="sea", cache_root=tmp_path, sea={"tiers": "/dev/shm"})
