@@ -50,7 +50,7 @@ import psutil
 
 from .config import PrefetchSpec
 from .sizes import parse_fraction, parse_size
-from .stager import CHUNK, atomic_copy, identity, is_temporary, put_back
+from .stager import CHUNK, atomic_copy, directory_holding, identity, is_temporary, put_back
 from .tiers import StorageHierarchy, Tier
 
 logger = logging.getLogger("sea")
@@ -275,19 +275,30 @@ class Prefetcher:
             entries = [e for e in os.scandir(copy.target.parent) if e.is_file(follow_symlinks=False) and not is_temporary(e.name)]
         except OSError:
             return
-        for entry in entries:
-            st = entry.stat(follow_symlinks=False)
-            now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if copy.made.get(entry.name) == now:
-                continue
-            original = copy.source.parent / entry.name
+        changed = [e for e in entries if copy.made.get(e.name) != _state(e.stat(follow_symlinks=False))]
+        if not changed:
+            return
+        try:  # the original's directory, by a descriptor checked to hold it: never one put in its place since
+            directory = directory_holding(copy.source, copy.origins[copy.source.name][:2])
+        except (OSError, KeyError) as exc:
+            logger.warning("[Sea] a node changed files beside %s, a prefetched copy of %s, and they could not be put there (%s)", copy.target, copy.source, exc)
+            return
+        try:
+            self._put_changes(copy, changed, Path(f"/proc/self/fd/{directory}"))
+        finally:
+            os.close(directory)
+
+    def _put_changes(self, copy: _Copy, changed: list[os.DirEntry], directory: Path) -> None:
+        for entry in changed:
+            now = _state(entry.stat(follow_symlinks=False))
+            original = directory / entry.name
             try:
                 if entry.name in copy.origins:
                     put_back(Path(entry.path), original, copy.origins[entry.name])
                 else:
                     atomic_copy(Path(entry.path), original)
             except OSError as exc:
-                logger.warning("[Sea] a node changed %s, a prefetched copy of %s, and the change could not be put there (%s)", entry.path, original, exc)
+                logger.warning("[Sea] a node changed %s, a prefetched copy of %s, and the change could not be put there (%s)", entry.path, copy.source.parent / entry.name, exc)
                 continue
             copy.made[entry.name] = now
             if entry.name in copy.origins:  # the original is the copy again: fresh for its next readers
@@ -451,6 +462,11 @@ def _identity_of(path: Path) -> tuple[int, int, int, int, int] | None:
         return identity(os.stat(path))
     except OSError:
         return None
+
+
+def _state(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells a copy a node changed from the copy as made (a file's ctime moves with any change)."""
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _companions(source: Path) -> list[Path]:

@@ -323,12 +323,20 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None 
     rewrite in place kept: then it is rewritten in place too. A rewrite is put there only if nothing
     else changed the original since it was copied: that change is not overwritten. ``base``: the
     copy ``src`` began as, if it is still as it was: ``src`` holding it and more (a node appended to
-    its input while another appended to the original) has its own bytes appended after the others'."""
+    its input while another appended to the original) has its own bytes appended after the others'.
+    ``dst`` a link to the file copied (a DataLad dataset's file, a link into its annex): the change
+    is put at the link's own name, as a node renaming its result over it would, never through it
+    (the annex's object, or another user's file, stays as it was)."""
     fd = os.open(dst, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) != tuple(identity[:2]) or not stat.S_ISREG(st.st_mode):
             raise OSError(errno.ESTALE, "it is not the file that was copied any more")
+        if stat.S_ISLNK(os.lstat(dst).st_mode):
+            tmp, _, _ = stage_copy(src, Path(dst))
+            _put_in_place(tmp, Path(dst))  # the link replaced, its target untouched
+            fsync_dir(Path(dst).parent)
+            return
         unchanged = (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == tuple(identity[2:5])
         fin = open_to_read(src)
         try:
@@ -357,9 +365,9 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None 
                 return
         finally:
             os.close(fin)
-        parent, name = _directory_holding(fd, dst)
+        parent = directory_holding(dst, (st.st_dev, st.st_ino))
         try:
-            real = Path(f"/proc/self/fd/{parent}") / name  # that directory, wherever it is now
+            real = Path(f"/proc/self/fd/{parent}") / Path(dst).name  # that directory, wherever it is now
             tmp, _, _ = stage_copy(src, real)
             if os.geteuid() == 0:
                 own_like(tmp, st.st_uid, st.st_gid, stat.S_IMODE(new.st_mode))  # chown drops setuid and setgid
@@ -371,23 +379,21 @@ def put_back(src: Path, dst: Path, identity: tuple[int, ...], base: Path | None 
         os.close(fd)
 
 
-def _directory_holding(fd: int, path: Path) -> tuple[int, str]:
-    """A descriptor of the directory that holds the file ``fd`` is open on, and its name there:
-    ``path``'s own directory if ``path`` names that file itself, else (``path`` is a link to it) the
-    directory its real path names, checked to hold it under that name. Nothing is written through
-    a directory someone put in the place of another meanwhile: ``ESTALE`` then."""
-    st = os.fstat(fd)
-    there = os.lstat(path)
-    where = path if (there.st_dev, there.st_ino) == (st.st_dev, st.st_ino) else Path(os.path.realpath(f"/proc/self/fd/{fd}"))
-    parent = os.open(where.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+def directory_holding(path: Path, file: tuple[int, int]) -> int:
+    """A descriptor of the directory ``path`` names, checked to hold at ``path``'s name the file
+    ``file`` (its device and inode), or a link to it: what is written through it never goes into a directory
+    someone put in the place of another meanwhile (``ESTALE`` then)."""
+    parent = os.open(Path(path).parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        found = os.stat(where.name, dir_fd=parent, follow_symlinks=False)
-        if (found.st_dev, found.st_ino) != (st.st_dev, st.st_ino):
-            raise OSError(errno.ESTALE, "it is not the file that was copied any more")
+        found = os.stat(Path(path).name, dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISLNK(found.st_mode):  # a link to it (a dataset's link into its annex)
+            found = os.stat(Path(path).name, dir_fd=parent)
+        if (found.st_dev, found.st_ino) != tuple(file):
+            raise OSError(errno.ESTALE, f"{path} is not the file that was copied any more")
     except BaseException:
         os.close(parent)
         raise
-    return parent, where.name
+    return parent
 
 
 def own_like(path: str | Path, uid: int | None, gid: int | None, mode: int | None = None) -> None:

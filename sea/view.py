@@ -243,10 +243,13 @@ class View:
         and unmounted by its own (:func:`_attach_overlay`): another user who renames the directory
         or puts a link in its place meanwhile changes neither. ``OSError`` where it cannot be: the
         directory holds, or is in, the home or a tier (an overlay there would hide the node's own),
-        the run's user may not write there (the overlay would let the node), or a copy is not named
-        as its original. A directory others may write in (another user's, a shared one) is overlaid
-        too: what the node did there is done again through descriptors, never through a link or a
-        directory someone put in the place of one (:meth:`_keep_input_changes`)."""
+        the run's user may not write there (the overlay would let the node), it is not the run's
+        user's own or others may write in it, or a copy is not named as its original. (What the node
+        did is made again through descriptors, never through a link put in the place of a directory,
+        :meth:`_keep_input_changes`; but between Sea writing an entry and giving it its owner and
+        mode, another user who may write there could put their own file at its name, and Sea would
+        give it root's owner and the node's mode: the thirteenth adversarial pass made a setuid-root
+        program so.)"""
         kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
         if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
             raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
@@ -256,6 +259,9 @@ class View:
         try:
             if not os.access(f"/proc/self/fd/{real}", os.W_OK):
                 raise OSError(errno.EACCES, "the run's user may not write in the directory")
+            st = os.fstat(real)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise OSError(errno.EPERM, "another user may change the directory")
             overlay = _InputOverlay(directory, real, scratch / "u", _sizes_in(real))
             for original, copy in pairs:
                 st = os.stat(os.path.basename(original), dir_fd=real)
@@ -284,9 +290,8 @@ class View:
         with the sizes the files had when the node started). Returns what could not be.
 
         Each entry is put through a descriptor of its directory, opened from the one above without
-        following a link (the directory may be another user's, who may swap a directory the node
-        made for a link to one of root's as it is made again): a directory swapped so is said, and
-        nothing of it is written anywhere else (twelfth adversarial pass, X2)."""
+        following a link: a directory the node made there, swapped for a link as it is made again,
+        is said, and nothing of it is written anywhere else (twelfth adversarial pass, X2)."""
         failed: list[str] = []
         real = f"/proc/self/fd/{overlay.real}"
         linked: dict[tuple[int, int], str] = {}

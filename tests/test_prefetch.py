@@ -673,17 +673,21 @@ def _replaces_then_waits(in_file, started):
     return in_file
 
 
-def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_runs(tmp_path, shm_dir, disk_dir):
+@pytest.mark.parametrize("view", [True, False], ids=["view", "no-view"])
+def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_runs(tmp_path, shm_dir, disk_dir, view):
     """The tenth adversarial pass: whoever owns the input's directory renames it while the node
     runs, and puts a link to another directory at its name. The node's changes, made before,
     were lost, and its overlay stayed mounted in the worker (unmounted by path, through the link).
-    Now they are in the renamed directory, as under MultiProc, and nothing goes through the link."""
+    Now they are in the renamed directory, as under MultiProc, and nothing goes through the link.
+    Without a view (``logical_paths: false``) the node changes the copy, which went back by path,
+    through the link (the thirteenth pass): now into the directory the input was copied from
+    only, found by a descriptor checked to hold it; not found, the run says the changes are lost."""
     import threading
 
     from nipype import Function, Node, Workflow
 
     seen = {}
-    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True, "logical_paths": view})):
         (source,) = _files(disk_dir / plugin / "data", 1)
         elsewhere = disk_dir / plugin / "elsewhere"
         elsewhere.mkdir()
@@ -706,7 +710,10 @@ def test_an_input_directory_renamed_and_a_link_put_in_its_place_while_the_node_r
         swapper.join(timeout=30)
         seen[plugin] = (tree_files(disk_dir / plugin / "data.old"), tree_files(elsewhere))
     assert seen["MultiProc"][0][source.name] == b"replaced by the node" and seen["MultiProc"][1] == {}
-    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    if view:
+        assert seen["SeaMultiProc"] == seen["MultiProc"]
+    else:
+        assert seen["SeaMultiProc"][1] == {}, "a change went through the link"
 
 
 def _makes_a_directory_beside(in_file):
@@ -723,7 +730,8 @@ def _makes_a_directory_beside(in_file):
 
 
 def test_a_directory_made_beside_an_input_and_swapped_for_a_link_as_it_is_made_again_sends_nothing_through_it(tmp_path, shm_dir, disk_dir):
-    """The twelfth adversarial pass (X2): whoever may write in an input's directory watches for the
+    """The twelfth adversarial pass (X2): whoever may write in an input's directory (the run's own
+    user here: a directory another user may write in is not overlaid) watches for the
     directory a node made there (``out``, with 300 files) and, as soon as it is there, renames it
     and puts a link to another directory in its place. Under MultiProc the node made it whole
     before that: nothing reaches the link's target. Sea made it again, entry by entry, by path as
@@ -768,6 +776,43 @@ def test_a_directory_made_beside_an_input_and_swapped_for_a_link_as_it_is_made_a
     assert seen["MultiProc"][0] == {} and len(seen["MultiProc"][1]) == 300
     assert seen["SeaMultiProc"][0] == {}, f"{len(seen['SeaMultiProc'][0])} of the node's files went through the link"
     assert seen["SeaMultiProc"][1].items() <= seen["MultiProc"][1].items()
+
+
+def _edits_with_sed(in_file):
+    import subprocess
+
+    subprocess.run(["sed", "-i", "1s/^/edited by sed/", in_file], check=True)  # a new file renamed over its name
+    return in_file
+
+
+def test_an_input_that_is_a_link_into_an_annex_is_replaced_at_its_name_and_the_annex_object_kept(tmp_path, shm_dir, disk_dir):
+    """The thirteenth adversarial pass: a dataset whose files are links to read-only objects (a
+    DataLad dataset's annex), a node editing its input with ``sed -i``. Under MultiProc sed's new
+    file replaces the link and the object stays as it was; Sea put the node's change back through
+    the link, rewriting the annex's object. Now the link is replaced, as under MultiProc."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        data = disk_dir / plugin / "dataset"
+        objects = data / ".git" / "annex" / "objects"
+        objects.mkdir(parents=True)
+        obj = objects / "MD5E-s1048576--0123.nii"
+        obj.write_bytes(b"\0" * 2**20)
+        obj.chmod(0o444)
+        objects.chmod(0o555)
+        link = data / "sub-00_bold.nii"
+        link.symlink_to(os.path.relpath(obj, data))
+        wf = Workflow(name="annexed", base_dir=str(tmp_path / plugin))
+        node = Node(Function(input_names=["in_file"], output_names=["out"], function=_edits_with_sed), name="m")
+        node.inputs.in_file = str(link)
+        wf.add_nodes([node])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if sea else {})})
+        seen[plugin] = (link.is_symlink(), link.read_bytes()[:20], obj.read_bytes() == b"\0" * 2**20, oct(obj.stat().st_mode & 0o777))
+        objects.chmod(0o755)
+    assert seen["MultiProc"] == (False, b"edited by sed\0\0\0\0\0\0\0", True, "0o444")
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives files away: as root")
