@@ -206,12 +206,14 @@ class Prefetcher:
                 future.result()
             except Exception:  # noqa: BLE001 - logged by the copy; the reader reads the original
                 pass
-        now = {source: _identity_of(source) for source in sources}  # the shared filesystem, outside the lock
+        with self._lock:  # the copy's files: the input and its companions (a sidecar another node appended to)
+            names = {source: list(self._copies[source].origins) or [source.name] for source in sources}
+        now = {source: {name: _identity_of(source.parent / name) for name in names[source]} for source in sources}  # outside the lock
         found = {}
         with self._lock:
             for source in sources:
                 copy = self._copies[source]
-                if copy.ok and now[source] != copy.origins.get(source.name):
+                if copy.ok and any(now[source].get(name) != as_copied for name, as_copied in copy.origins.items()):
                     copy.ok = False  # stale: its readers from now on read the original (it goes with its last reader)
                 if copy.ok:
                     found[str(source)] = str(copy.target)

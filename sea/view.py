@@ -269,13 +269,17 @@ class View:
                     identity(st),
                     Path(copy),
                 )
-            lowers = list(dict.fromkeys(os.path.dirname(copy) for _original, copy in pairs)) + [f"/proc/self/fd/{real}"]
             overlay.upper.mkdir(parents=True)
             (scratch / "w").mkdir()
-            overlay.mount = _attach_overlay(
-                real,
-                {"lowerdir": ":".join(_escaped(Path(p)) for p in lowers), "upperdir": str(overlay.upper), "workdir": str(scratch / "w")},
-            )
+            # each layer by a descriptor: a few inputs' copies named by their tier paths passed the
+            # 256 bytes the kernel takes for an option's value (no overlay, and the node's sed -i failed)
+            copies = [os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for d in dict.fromkeys(os.path.dirname(c) for _o, c in pairs)]
+            try:
+                lowers = [f"/proc/self/fd/{fd}" for fd in [*copies, real]]
+                overlay.mount = _attach_overlay(real, lowers, {"upperdir": str(overlay.upper), "workdir": str(scratch / "w")})
+            finally:
+                for fd in copies:
+                    os.close(fd)
         except BaseException:
             os.close(real)
             raise
@@ -454,21 +458,24 @@ def _syscall(number: int, *args, what: str) -> int:
     return result
 
 
-def _attach_overlay(directory_fd: int, options: dict[str, str]) -> int:
-    """Mount an overlay (``options``: lowerdir, upperdir, workdir) on the directory ``directory_fd``
-    is open on, with the kernel's mount API (no path is looked up again); a descriptor of it."""
+def _attach_overlay(directory_fd: int, lowers: list[str], options: dict[str, str]) -> int:
+    """Mount an overlay (``lowers``, the top layer first; ``options``: upperdir, workdir) on the
+    directory ``directory_fd`` is open on, with the kernel's mount API (no path is looked up again);
+    a descriptor of it. The layers go one by one (``lowerdir+``, Linux 6.8) where the kernel takes
+    them so, else as one ``lowerdir`` value (at most 256 bytes)."""
     fs = _syscall(_SYS_FSOPEN, b"overlay", ctypes.c_uint(1), what="fsopen overlay")  # FSOPEN_CLOEXEC
     try:
+        try:
+            _set_option(fs, "lowerdir+", lowers[0])
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            options = {"lowerdir": ":".join(_escaped(Path(p)) for p in lowers), **options}
+        else:
+            for lower in lowers[1:]:
+                _set_option(fs, "lowerdir+", lower)
         for key, value in options.items():
-            _syscall(
-                _SYS_FSCONFIG,
-                fs,
-                ctypes.c_uint(_FSCONFIG_SET_STRING),
-                key.encode(),
-                os.fsencode(value),
-                ctypes.c_int(0),
-                what=f"overlay {key}",
-            )
+            _set_option(fs, key, value)
         _syscall(_SYS_FSCONFIG, fs, ctypes.c_uint(_FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0), what="overlay")
         mount = _syscall(_SYS_FSMOUNT, fs, ctypes.c_uint(1), ctypes.c_uint(0), what="fsmount")  # FSMOUNT_CLOEXEC
     finally:
@@ -480,6 +487,10 @@ def _attach_overlay(directory_fd: int, options: dict[str, str]) -> int:
         os.close(mount)
         raise
     return mount
+
+
+def _set_option(fs: int, key: str, value: str) -> None:
+    _syscall(_SYS_FSCONFIG, fs, ctypes.c_uint(_FSCONFIG_SET_STRING), key.encode(), os.fsencode(value), ctypes.c_int(0), what=f"overlay {key}")
 
 
 SIZES_AT_MOST = 256  # files in an input's directory whose sizes a node's view notes as it starts

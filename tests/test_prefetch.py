@@ -462,6 +462,22 @@ def test_a_copy_whose_original_changed_since_is_not_handed_out(tmp_path, shm_dir
     assert source.read_bytes().endswith(b"appended by an earlier node")
 
 
+def test_a_copy_whose_companion_changed_since_is_not_handed_out(tmp_path, shm_dir):
+    """The thirteenth adversarial pass: a node appended to the input's sidecar (a companion copied
+    with it) after the copy was made; the next reader read the sidecar's stale copy and what it
+    wrote there replaced the node's line, without a word. A change to any file of the copy makes
+    the reader read the originals, as without prefetch."""
+    prefetcher, source = _one_copy(tmp_path, shm_dir)
+    deadline = __import__("time").monotonic() + 30
+    while prefetcher.pending("wf/a") and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.01)
+    with open(source.with_suffix(".json"), "a") as f:
+        f.write("appended by an earlier node")
+    assert prefetcher.copies_for("wf/a") == {}
+    prefetcher.reader_done("wf/a")
+    prefetcher.close()
+
+
 def test_a_copy_whose_original_changed_keeping_its_size_and_mtime_is_not_handed_out(tmp_path, shm_dir):
     """The earlier node rewrote bytes in place and put the mtime back (``touch -r``, ``cp -p``; a
     coarse-grained mtime does the same): its ctime says it changed, and the reader reads the original."""
@@ -813,6 +829,37 @@ def test_an_input_that_is_a_link_into_an_annex_is_replaced_at_its_name_and_the_a
         objects.chmod(0o755)
     assert seen["MultiProc"] == (False, b"edited by sed\0\0\0\0\0\0\0", True, "0o444")
     assert seen["SeaMultiProc"] == seen["MultiProc"]
+
+
+def _seds_the_first(in_files):
+    import subprocess
+
+    subprocess.run(["sed", "-i", "1s/^/edited by sed/", in_files[0]], check=True)
+    return in_files[0]
+
+
+def test_a_node_with_many_inputs_in_one_directory_edits_one_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    """The thirteenth adversarial pass: with five inputs in one directory, the overlay's layers
+    (their copies' directories on the tier) passed the 256 bytes the kernel takes for an option;
+    the copies were bound over their originals instead, and a Function node's ``sed -i`` failed
+    with EBUSY on its temporary's rename (not rerun: sed named no input). The layers now go by
+    descriptor, one at a time."""
+    from nipype import Function, Node, Workflow
+
+    seen = {}
+    for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
+        sources = _files(disk_dir / plugin / "data", 8)
+        wf = Workflow(name="many", base_dir=str(tmp_path / plugin))
+        node = Node(Function(input_names=["in_files"], output_names=["out"], function=_seds_the_first), name="m")
+        node.inputs.in_files = [str(s) for s in sources]
+        wf.add_nodes([node])
+        wf.config["execution"]["poll_sleep_duration"] = 0.05
+        wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": sea} if sea else {})})
+        seen[plugin] = tree_files(sources[0].parent)
+    assert seen["MultiProc"]["sub-00_bold.nii"].startswith(b"edited by sed")
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    report = RunReport.from_json(tmp_path / "SeaMultiProc" / "many" / ".." / "sea-report.json")
+    assert report.prefetch_hits == 8 and report.busy_retries == 0, report.to_text()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives files away: as root")
