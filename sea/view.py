@@ -273,8 +273,10 @@ class View:
             (scratch / "w").mkdir()
             # each layer by a descriptor: a few inputs' copies named by their tier paths passed the
             # 256 bytes the kernel takes for an option's value (no overlay, and the node's sed -i failed)
-            copies = [os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for d in dict.fromkeys(os.path.dirname(c) for _o, c in pairs)]
+            copies: list[int] = []
             try:
+                for d in dict.fromkeys(os.path.dirname(c) for _o, c in pairs):
+                    copies.append(os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
                 lowers = [f"/proc/self/fd/{fd}" for fd in [*copies, real]]
                 overlay.mount = _attach_overlay(real, lowers, {"upperdir": str(overlay.upper), "workdir": str(scratch / "w")})
             finally:

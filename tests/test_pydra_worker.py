@@ -65,22 +65,6 @@ def test_runs_a_workflow_like_cf(tmp_path, how):
     assert not ours.errored and ours.outputs.out == theirs.outputs.out == 6
 
 
-@python.define(outputs=["out"])
-def Doubled(i: int) -> int:
-    return 2 * i
-
-
-@python.define(outputs=["out"])
-def Summed(values: list[int]) -> int:
-    return sum(values)
-
-
-@workflow.define(outputs=["total"])
-def Fan(values: list[int]) -> int:
-    doubled = workflow.add(Doubled().split(i=values).combine("i"), name="double")
-    return workflow.add(Summed(values=doubled.out), name="total").out
-
-
 def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir, monkeypatch):
     """Pydra's loop asks every queued job whether it is done (its result loaded from disk) after
     each job ends: past a few thousand jobs a turn outlasted the processes' work. A job the worker
@@ -88,6 +72,7 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir,
     result is cf's."""
     from pydra.engine.job import Job
 
+    from benchmarks.scaling import pydra_fan  # a task split over 40 values, combined, then a total
     from pydra_sea import _pydra_internals as px_
 
     looked = {"held": 0, "returned": 0}
@@ -99,8 +84,8 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir,
 
     monkeypatch.setattr(Job, "done", property(counted))
     with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
-        result = sub(Fan(values=list(range(40))))
-    assert not result.errored and result.outputs.total == 2 * sum(range(40))
+        result = sub(pydra_fan(40))
+    assert not result.errored and result.outputs.total == 40 * 39
     assert looked["held"] == 0 and looked["returned"] > 0, looked
     assert px_._held == {}, "the run's jobs are still held after it"
 
