@@ -901,10 +901,13 @@ def test_a_read_only_tree_and_an_unreadable_file_are_removed_and_copied_by_their
     assert sea_private_dirs(shm_dir) == []
 
 
-def test_a_mapnode_sub_node_out_of_room_on_its_tier_reruns_on_the_next(disk_dir, tmpfs_factory):
+@pytest.mark.parametrize("checkpoints", ["auto", "all"])
+def test_a_mapnode_sub_node_out_of_room_on_its_tier_reruns_on_the_next(disk_dir, tmpfs_factory, checkpoints):
     """Sub-nodes of a MapNode fill a 5 MiB tier (3 MiB each) and a sink delivers them: the one that
     runs out of room runs again on the next tier, as whole nodes do (the retry failed inside Sea's
-    placement, and a sink retried at home wrote to its staging on the full tier again)."""
+    placement, and a sink retried at home wrote to its staging on the full tier again). The MapNode
+    itself runs in the home; where it is a checkpoint (``all``; under ``auto`` when a loaded machine
+    made recomputing it dear), its sub-node that ran on the tier comes home into its directory."""
     tier = tmpfs_factory("5M")
     done = run_script(f"""
         import os
@@ -932,13 +935,16 @@ def test_a_mapnode_sub_node_out_of_room_on_its_tier_reruns_on_the_next(disk_dir,
         sink = Node(DataSink(base_directory={str(disk_dir / "out")!r}), name="sink")
         wf.connect([(a, b, [("d", "d")]), (a, sink, [("d", "dirs")])])
         wf.config["execution"]["poll_sleep_duration"] = 0.05
-        wf.run(plugin="SeaMultiProc", plugin_args={{"n_procs": 2, "sea": {{"tiers": [{{"path": {str(tier)!r}}}]}}}})
+        wf.run(plugin="SeaMultiProc", plugin_args={{"n_procs": 2, "sea": {{"tiers": [{{"path": {str(tier)!r}}}], "checkpoints": {checkpoints!r}}}}})
     """, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     delivered = sorted((disk_dir / "out" / "dirs").glob("*/d/big.bin"))
     assert len(delivered) == 3 and all(p.stat().st_size == 3 * 2**20 for p in delivered)
-    assert sea_private_dirs(tier) == []
+    if checkpoints == "all":  # the MapNode's directory stays in the home whole: the sub-node run on the tier came home into it
+        subs = sorted((disk_dir / "work" / "wf" / "a" / "mapflow").glob("_a*"))
+        assert len(subs) == 3 and all(not s.is_symlink() and (s / "d" / "big.bin").stat().st_size == 3 * 2**20 for s in subs), subs
+    assert sea_private_dirs(tier) == [], done.stderr[-3000:]  # (the sub-node stayed on the tier, the home's link to it dangling once it went)
 
 
 def test_a_report_path_naming_a_directory_or_seas_own_files_is_one_line(disk_dir, shm_dir):
