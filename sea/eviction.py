@@ -10,14 +10,12 @@ Nipype's ``remove_node_directories`` would. The caller holds ``Run.lock``.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .private import rmtree
 from .resume import checkpoint_identity
 from .run_state import NodeState, Run, SeaHomeMoved, State, disk_usage
-from .stager import atomic_copy, temporary_name, walk_files
+from .stager import atomic_copy, copy_tree_in, walk_files
 
 
 class Evictor:
@@ -135,20 +133,9 @@ class Evictor:
         checkpoint): its directory is copied home in place of the link to it, and leaves the tier
         (it stayed there after the run, and the home's link into it dangled once it went)."""
         p, run = part.placement, self.run
-        into = p.logical.parent / temporary_name(p.logical.name, secrets.token_hex(4))
         try:
-            into.mkdir()
-            for src in walk_files(p.physical, empty_dirs=True):
-                dst = into / src.relative_to(p.physical)
-                if src.is_dir() and not src.is_symlink():
-                    dst.mkdir(parents=True, exist_ok=True)
-                else:
-                    atomic_copy(src, dst, guard=run.check_home)
-            if p.logical.is_symlink():
-                p.logical.unlink()
-            os.rename(into, p.logical)
+            copy_tree_in(p.physical, p.logical, guard=run.check_home)
         except OSError as error:
-            rmtree(into)
             run.log.warning("[Sea] %s could not be put in its owner's directory in the home (%s)", part.spec.key, error.strerror or error)
             return
         run.hierarchy.remove(p.physical)

@@ -32,7 +32,7 @@ from .placement import STAGING_DIR, Placer
 from .prefetch import PREFETCH_DIR
 from .private import rmtree
 from .run_state import NodeState, Run, SeaHomeMoved, State
-from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, link_beside, temporary_name, walk_files
+from .stager import CHECKPOINT, DECLARED, KEPT, FlushBatch, atomic_copy, link_beside, swap_in, temporary_name, walk_files
 from .view import VIEWS_DIR
 
 # files every Nipype/Pydra node directory holds: used to tell whether a rule can ever match
@@ -467,19 +467,6 @@ class Flusher:
                 node.state = State.FINISHED  # bring a crashed node's directory home to inspect
                 node.home_copy, node.home_copy_complete = copy, True
                 self.submit(node, self._dir_batch(node.spec.key, files))
-
-
-def swap_in(copy: Path, logical: Path) -> None:
-    """Put a node directory's complete copy at its path in the home, in place of the directory an
-    earlier run left there (which the engine would have emptied to run the node again there)."""
-    old = None
-    if os.path.lexists(logical):
-        old = logical.parent / temporary_name(logical.name, "old")
-        rmtree(old)
-        os.rename(logical, old)
-    os.rename(copy, logical)
-    if old is not None:
-        rmtree(old)
 
 
 def _literal_prefix(rule: Rule) -> str:

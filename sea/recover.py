@@ -6,7 +6,7 @@ the run with :class:`~sea.SeaFlushError` and keeps the tier's copy, marked as ke
 ``sea recover DIR`` copies what is there to where it belongs, with the stager's own atomic copy
 (a temporary name, ``fsync``, a rename: a partial file never appears at a final path), and removes
 the directory once everything is home. A node's directory is copied whole beside its path and put
-in place by one rename, as a run does (:func:`sea.flushing.swap_in`): one recovered half (the home
+in place by one rename, as a run does (:func:`sea.stager.copy_tree_in`): one recovered half (the home
 filled up again, the command was killed) never looks like a node the engine may take as done.
 Files a ``keep`` rule left stay where they are.
 """
@@ -17,14 +17,12 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import SeaConfigError
-from .flushing import swap_in
-from .private import KEPT_FILE, OWNER_FILE, rmtree
-from .stager import TMP_MARK, atomic_copy, walk_files
+from .private import KEPT_FILE, OWNER_FILE
+from .stager import atomic_copy, copy_tree_in, walk_files
 
 
 @dataclass
@@ -81,20 +79,13 @@ def recover(directory: Path) -> Recovered:
     for copy in record.get("copies", []):
         source, target = directory / copy["from"], Path(copy["to"])
         _unlink_links_into(target, directory)  # a node's path in the home linked to its kept copy: it becomes the copy
-        whole = target != Path("/") and source.is_dir() and not source.is_symlink()  # a node's directory, not a sink's staging
-        into = Path(tempfile.mkdtemp(prefix=f"{TMP_MARK}recover-", dir=_made(target.parent))) if whole else target
-        try:
+        if target != Path("/") and source.is_dir() and not source.is_symlink():  # a node's directory, not a sink's staging
+            copied, files = copy_tree_in(source, _made(target.parent) / target.name)
+            done.bytes, done.files = done.bytes + copied, done.files + files
+        else:
             for src in _entries(source):
-                dst = into / src.relative_to(source) if src != source else into
-                done.bytes += atomic_copy(src, dst)
+                done.bytes += atomic_copy(src, target / src.relative_to(source) if src != source else target)
                 done.files += 1
-            if whole:
-                into.chmod(stat.S_IMODE(os.lstat(source).st_mode))
-                swap_in(into, target)
-        except BaseException:
-            if whole:
-                rmtree(into)
-            raise
         done.destinations.add(str(target))
     # all home: what is left served only those copies (the nodes' own files), but what a rule keeps
     rule = [directory / r for r in record.get("rule", [])]

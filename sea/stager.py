@@ -307,6 +307,40 @@ def atomic_copy(src: Path, dst: Path, interrupt: Callable[[], bool] | None = Non
     return size
 
 
+def copy_tree_in(source: Path, target: Path, guard: Callable[[], None] | None = None) -> tuple[int, int]:
+    """The directory ``source`` copied whole into a temporary beside ``target`` (:func:`atomic_copy`
+    for each file, link and empty directory), then put at ``target`` by one rename in place of what
+    is there (:func:`swap_in`): a link to ``source``, an earlier run's directory. A partial copy
+    never shows at ``target``; a failure leaves ``target`` as it was. Returns bytes and files copied."""
+    into = target.parent / temporary_name(target.name, secrets.token_hex(4))
+    copied = files = 0
+    try:
+        os.mkdir(into, 0o700)
+        for src in walk_files(source, empty_dirs=True):
+            copied += atomic_copy(src, into / src.relative_to(source), guard=guard)
+            files += 1
+        os.chmod(into, stat.S_IMODE(os.lstat(source).st_mode))
+        swap_in(into, target)
+    except BaseException:
+        rmtree(into)
+        raise
+    return copied, files
+
+
+def swap_in(copy: Path, logical: Path) -> None:
+    """Put a directory's complete copy at ``logical`` by one rename, in place of what is there (the
+    directory an earlier run left, which the engine would have emptied to run the node again there;
+    a link to the copy's source), which is then removed."""
+    old = None
+    if os.path.lexists(logical):
+        old = logical.parent / temporary_name(logical.name, "old")
+        rmtree(old)
+        os.rename(logical, old)
+    os.rename(copy, logical)
+    if old is not None:
+        old.unlink() if old.is_symlink() else rmtree(old)
+
+
 def identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
     """A file as it was copied, for :func:`put_back`: a change that keeps its size and mtime
     (``touch -r``, ``cp -p``, a coarse-grained mtime) still changes its ctime."""
