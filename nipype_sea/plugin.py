@@ -60,7 +60,7 @@ def plugin_file_problems(plugin_args) -> list[str]:
     cgroup) has, with which MultiProc would start more than fits."""
     problems = [str(p) for p in _problems(plugin_args)]
     memory = plugin_args.get("memory_gb") if isinstance(plugin_args, Mapping) else None
-    if not problems and memory is not None:
+    if not any("['memory_gb']" in problem for problem in problems) and memory is not None:  # the others' problems aside
         limit = job_memory_limit()
         if memory * 2**30 > limit.bytes:
             problems.append(

@@ -146,6 +146,10 @@ def test_check_says_every_problem_of_a_use_plugin_file(disk_dir):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 3 and all(line.startswith("sea: error: ") for line in lines), result.stderr
     assert "'n_proc'" in lines[0] and "memory_gb" in lines[1] and "tierz" in lines[2], lines
+    # a memory_gb past the machine is said beside another key's problem too (it was said alone only)
+    (disk_dir / "plugin.yml").write_text("plugin: SeaMultiProc\nplugin_args:\n  n_proc: 8\n  memory_gb: 100000\n")
+    lines = sea("check", str(disk_dir / "plugin.yml")).stderr.strip().splitlines()
+    assert len(lines) == 2 and "'n_proc'" in lines[0] and "memory_gb'] 100000 is more than the" in lines[1], lines
 
 
 def test_check_without_home_still_finds_a_missing_tier(disk_dir):
