@@ -6,8 +6,10 @@ directories and race on the same outputs. The second run is refused before it to
 in one line naming the first (host, PID, start), by a lock file in ``base_dir/.sea``: created with
 ``O_EXCL`` (atomic on NFS v3+ and Lustre, unlike ``flock`` across machines) and touched every
 :data:`HEARTBEAT` seconds while the run lives. A lock is stale, and taken over with a warning, when
-its holder is known dead: on this host, its PID gone (or reused by a younger process); on another,
-no heartbeat for :data:`STALE_AFTER` seconds.
+its holder is known dead: on this host and in this PID namespace, its PID gone (or reused by a
+younger process); on another host, or in another PID namespace (a container, which shares the
+host's name under ``--network=host`` and sees none of its PIDs), no heartbeat for
+:data:`STALE_AFTER` seconds.
 
 >>> import json, tempfile, pathlib
 >>> home = pathlib.Path(tempfile.mkdtemp())
@@ -23,6 +25,7 @@ sea.lock.SeaRunLocked: another Sea run is using ... (host node042, PID 4242, sta
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -34,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from .config import SeaConfigError
+from .private import in_use
 
 logger = logging.getLogger("sea")
 
@@ -47,8 +51,9 @@ class SeaRunLocked(SeaConfigError):
 
 
 class RunLock:
-    def __init__(self, path: Path, holder: dict, replaced: dict | None = None):
+    def __init__(self, path: Path, holder: dict, replaced: dict | None = None, fd: int | None = None):
         self.path = path
+        self._fd = fd  # holds the lock file's flock while the run lives (see _stale)
         self.holder = holder
         self.replaced = replaced  # the record of a run that was gone when this one took its lock over
         self._stop = threading.Event()
@@ -59,7 +64,7 @@ class RunLock:
     def acquire(cls, home: Path) -> RunLock:
         path = Path(home) / LOCK
         path.parent.mkdir(parents=True, exist_ok=True)
-        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(), "created": psutil.Process().create_time()}
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(), "started": time.time(), "created": psutil.Process().create_time()}
         replaced = None
         for _ in range(3):
             try:
@@ -76,9 +81,12 @@ class RunLock:
                 except FileNotFoundError:
                     pass
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            return cls(path, me, replaced)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                pass  # a filesystem without locks (Lustre mounted noflock): judged by its heartbeat
+            os.write(fd, json.dumps(me).encode())
+            return cls(path, me, replaced, fd)
         raise SeaRunLocked(_refusal(home, path, _read(path)))
 
     @property
@@ -93,6 +101,9 @@ class RunLock:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> RunLock:
         return self
@@ -116,9 +127,22 @@ def _read(path: Path) -> dict:
         return {}  # being written this instant, or damaged: judged by its age
 
 
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[4026531836]``): a PID names the same process only in
+    the namespace it was read in. ``None`` where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _stale(path: Path, holder: dict) -> bool:
     """Its holder is gone, or is this process (a run in it that ended without closing)."""
-    if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+    same_host = holder.get("host") == socket.gethostname()
+    same_pids = holder.get("pidns", pid_namespace()) == pid_namespace()  # (a lock written before Sea recorded it: as before)
+    if same_host and not same_pids and (held := in_use(path)) is not None:
+        return not held  # a run in a container (or the host, seen from one): its PID says nothing here, its flock does
+    if same_host and same_pids and isinstance(holder.get("pid"), int):
         if holder["pid"] == os.getpid():
             return True
         try:

@@ -8,6 +8,12 @@ can be outside the directory it created, whatever was planted or renamed meanwhi
 checked against the descriptor (``st_dev``/``st_ino``) before nodes are sent into it, so a directory
 swapped under it is refused, never followed.
 
+The descriptor also holds an exclusive ``flock`` on the directory for as long as the run lives (the
+kernel lets it go when the last process holding it ends, however it ends): another run sweeping
+what killed runs left (:func:`in_use`) tells a live directory from a dead one by it, whatever PID
+namespace each runs in (two containers binding the host's ``/dev/shm`` see none of each other's
+PIDs, and share the host's name).
+
 Several threads use it at once (a Dask worker's event loop ends the run while a task's thread
 removes what its node wrote): every use of the descriptor holds the directory's lock, so that none
 goes through a descriptor another thread closed, whose number may already be another file's.
@@ -24,6 +30,7 @@ goes through a descriptor another thread closed, whose number may already be ano
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -84,6 +91,7 @@ class PrivateDir:
         private = cls(path, fd)
         try:
             private.check()  # swapped between mkdtemp and open
+            fcntl.flock(fd, fcntl.LOCK_EX)  # before the owner file: a sweep (in_use) judges only a directory that has one
             made = os.open(OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
             with os.fdopen(made, "w") as f:
                 f.write(owner + "\n")
@@ -191,6 +199,26 @@ class PrivateDir:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+
+def in_use(path: Path) -> bool | None:
+    """Whether a live process holds ``path``'s ``flock``: a private directory's (see the module),
+    or a run lock's (:mod:`sea.lock`); ``None`` where its filesystem has no ``flock``, or it
+    cannot be opened. Never follows a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: two sweeps may look at once
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    else:
+        return False
+    finally:
+        os.close(fd)  # (and with it the shared lock)
 
 
 def _remove_at(dir_fd: int, name: str) -> None:

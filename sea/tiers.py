@@ -24,8 +24,9 @@ import psutil
 from . import container
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .durable import device
+from .lock import pid_namespace
 from .memory import MemoryBudget, is_ram_backed
-from .private import KEPT_FILE, OWNER_FILE, PrivateDir, rmtree
+from .private import KEPT_FILE, OWNER_FILE, PrivateDir, in_use, rmtree
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -151,7 +152,7 @@ class StorageHierarchy:
             for held in kept:
                 logger.warning("[Sea] %s holds files an earlier run kept (see its %s); `sea recover %s` brings them home", held, KEPT_FILE, held)
             try:
-                private = PrivateDir.create(root, owner=f"{os.getpid()} {socket.gethostname()} {home}")
+                private = PrivateDir.create(root, owner=f"{os.getpid()} {socket.gethostname()} {home}\n{pid_namespace()}")
             except OSError as exc:  # writable by its mode, yet not (/proc, a full or read-only filesystem)
                 for made in tiers:
                     made.private.remove_all()
@@ -301,15 +302,25 @@ def key_in_private_dir(path: Path) -> str | None:
 
 def dead_private_dirs(root: Path) -> list[Path]:
     """The private directories of this user's runs on this host, now dead, in ``root`` (real
-    directories only: a link or another user's directory named like one is not ours)."""
+    directories only: a link or another user's directory named like one is not ours). Dead: no
+    process holds its lock (:func:`sea.private.in_use`), and its PID is gone, where that says
+    something (this PID namespace: a run in a container sees none of the host's PIDs, nor the host
+    a container's); where the filesystem has no locks, only a PID in this namespace tells."""
     found = []
     for candidate in Path(root).glob("sea-*"):
         try:
             st = os.lstat(candidate)
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
                 continue
-            pid, host, *_ = (candidate / OWNER_FILE).read_text().split()
-            if host != socket.gethostname() or psutil.pid_exists(int(pid)):
+            first, *rest = (candidate / OWNER_FILE).read_text().splitlines()
+            pid, host, *_ = first.split()
+            if host != socket.gethostname():
+                continue
+            namespace = rest[0] if rest else None  # (written since Sea recorded it)
+            held = in_use(candidate)
+            if held or (held is None and namespace != pid_namespace()):
+                continue
+            if namespace in (None, pid_namespace()) and psutil.pid_exists(int(pid)):
                 continue
         except (OSError, ValueError):
             continue

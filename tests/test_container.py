@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from sea import container
@@ -111,6 +112,64 @@ def test_discovery_in_a_container_says_it_once(tmpfs_factory, disk_dir, monkeypa
     if os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize >= SMALL_RAM:
         assert [spec.path for spec in found] == [str(small), "/dev/shm"]
     assert "$SLURM_JOB_ID is set but $SLURM_TMPDIR was not passed in" in line, line
+
+
+# ------------------------------------------------- runs in other PID namespaces (containers) sharing a tier
+IN_NAMESPACE = """
+import os, sys, time
+from pathlib import Path
+from sea.config import SeaConfig
+from sea.lock import RunLock
+from sea.tiers import StorageHierarchy
+tier, home = sys.argv[1], Path(sys.argv[2])
+lock = RunLock.acquire(home)
+hierarchy = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": tier}]}), home)
+print(os.getpid(), hierarchy.fast_tiers[0].workdir, flush=True)
+time.sleep(600)
+"""
+
+
+def in_other_pid_namespace(script: str, *args: str) -> subprocess.Popen:
+    """``python -c script args`` as a container runs it: in a PID namespace of its own (its PIDs
+    none of this one's: the first it hands out is one no process has here), the same host name."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace")
+    free = next(p for p in range(30000, 1, -1) if not psutil.pid_exists(p) and not psutil.pid_exists(p + 1))
+    command = f"echo {free} > /proc/sys/kernel/ns_last_pid; {shlex.quote(sys.executable)} -c {shlex.quote(script)} {shlex.join(args)}"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    return subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", command], stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_directory(tmpfs_factory, disk_dir):
+    """Two containers binding the host's /dev/shm (or the host and one container) on one node: each
+    sees none of the other's PIDs, under the same host name. A run starting beside a live one in
+    another namespace removed its tier directory as a killed run's (its PID not found), and took
+    over its work directory's lock. Now both are judged by the lock the live run holds: kept while
+    it lives, removed and taken over once it is killed."""
+    from sea.config import SeaConfig
+    from sea.lock import RunLock, SeaRunLocked
+    from sea.tiers import StorageHierarchy
+
+    tier, home = tmpfs_factory("64m"), disk_dir / "work"
+    other = in_other_pid_namespace(IN_NAMESPACE, str(tier), str(home))
+    try:
+        pid, workdir = other.stdout.readline().split()
+        assert not psutil.pid_exists(int(pid)), "the namespace's PID names a process here: the test shows nothing"
+        mine = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(tier)}]}), disk_dir / "mine")
+        assert Path(workdir).is_dir(), "the live run's tier directory was removed as a killed run's"
+        with pytest.raises(SeaRunLocked, match="another Sea run is using"):
+            RunLock.acquire(home)
+    finally:
+        inside = psutil.Process(other.pid).children(recursive=True)
+        other.kill()  # (--kill-child: the namespace's processes with it)
+        other.wait(timeout=30)
+        psutil.wait_procs(inside, timeout=30)
+    again = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(tier)}]}), disk_dir / "again")
+    assert not Path(workdir).exists(), "a killed run's tier directory is still there"
+    RunLock.acquire(home).release()  # taken over at once: its flock went with it
+    for hierarchy in (mine, again):
+        for t in hierarchy.fast_tiers:
+            t.private.remove_all()
 
 
 # --------------------------------------------------------------------------------- docs/containers.md with a real Podman
