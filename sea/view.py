@@ -19,7 +19,10 @@ the user's own ids), and for each node mounts, visible to that process and its c
   :meth:`sea.engine.SeaEngine.retry_elsewhere`).
 
 Nothing is written in the home (the overlay's upper layer is on a tier) and everything is unmounted
-when the node returns. Where namespaces are not allowed (a container's seccomp profile, a kernel
+when the node returns: each node's mounts are made in a copy of the process's namespace
+(:func:`_node_namespace`), which the process leaves as the node returns and a thread of its own
+then lets go, with every mount in it. Unmounting an overlay waits for the kernel (an RCU grace
+period, 2 ms a node on a busy machine): it is no longer on the node's path. Where namespaces are not allowed (a container's seccomp profile, a kernel
 without unprivileged overlays), the node runs at its tier path, as without a view, and
 :func:`enter` gives the reason, said once in the report.
 
@@ -35,8 +38,10 @@ import ctypes
 import errno
 import logging
 import os
+import queue
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,6 +57,8 @@ _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _libc = ctypes.CDLL(None, use_errno=True)
 VIEWS_DIR = ".sea-views"  # in a tier's private directory: each worker's overlay scratch
 _entered: str | None = None  # "" once this process is in its own namespace, else why not
+_base: int | None = None  # this process's namespace as enter() made it (a descriptor), -1 where it cannot be kept
+_let_go: queue.SimpleQueue | None = None  # descriptors of the namespaces nodes left, closed by a thread of their own
 
 
 def _check(result: int, what: str) -> None:
@@ -104,6 +111,37 @@ def _enter() -> str:
             return "the worker processes have threads (mp_context spawn or forkserver, with a library that starts threads on import): a user namespace needs a process of one thread; use mp_context: fork"
         return f"private mount namespaces are not allowed here ({e.strerror or e})"
     return ""
+
+
+def _node_namespace() -> bool:
+    """Put the calling thread in a copy of the process's namespace, for one node's mounts: ``False``
+    where it cannot be (the node's mounts are then made, and unmounted, in the process's own)."""
+    global _base, _let_go
+    if _base is None:
+        try:
+            _base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            _base = -1
+        else:
+            _let_go = queue.SimpleQueue()
+            threading.Thread(target=_close_each, args=(_let_go,), name="sea-view-namespaces", daemon=True).start()
+    return _base >= 0 and _libc.unshare(_CLONE_NEWNS) == 0
+
+
+def _leave_node_namespace() -> bool:
+    """Back to the process's namespace (:func:`_node_namespace`); the node's is let go by the
+    thread, with its mounts. ``False`` if it could not be left (its mounts are then unmounted here)."""
+    node = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    if _libc.setns(_base, _CLONE_NEWNS) != 0:
+        os.close(node)
+        return False
+    _let_go.put(node)
+    return True
+
+
+def _close_each(descriptors: queue.SimpleQueue) -> None:
+    while True:
+        os.close(descriptors.get())  # the last hold on a node's namespace: its mounts go, the kernel waits here
 
 
 def _escaped(path: Path) -> str:
@@ -172,8 +210,14 @@ class View:
         lowers = [root / below for root in self.roots if (root / below).is_dir()] + [at]
         if _within(str(self.physical), self.home):  # a node placed in the home (no tier had room): its directory
             self.physical.mkdir(parents=True, exist_ok=True)  # made now, as the engine would make it, to bind it
-        source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
-        real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
+        own = _node_namespace()  # first: a mount may be bound only from the namespace it is in
+        try:
+            source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
+            real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
+        except BaseException:
+            if own and not _leave_node_namespace():
+                raise RuntimeError("a node's mount namespace could not be left") from None
+            raise
         subs = []  # (mount point, its filesystem as it is now): taken before the overlay hides it
         for point in self.submounts:
             if _within(point, at) and not _within(point, self.logical):
@@ -231,10 +275,13 @@ class View:
             os.close(real_at)
             for _point, fd in subs:
                 os.close(fd)
-            for target in reversed(mounted):
-                _umount(target)
-            with contextlib.suppress(OSError):
-                scratch.rmdir()
+            if not (own and _leave_node_namespace()):
+                for target in reversed(mounted):
+                    _umount(target)
+                with contextlib.suppress(OSError):
+                    scratch.rmdir()
+            # else the scratch stays, for the process's next node: removed now, the mount on it in
+            # the namespace just left would be unmounted here, the kernel's wait with it
 
     def _overlay_inputs(self, directory: str, pairs: list[tuple[str, str]], scratch: Path) -> _InputOverlay:
         """Mount the overlay that shows the prefetched copies (``pairs``: original, copy) at their
