@@ -140,8 +140,10 @@ def _stale(path: Path, holder: dict) -> bool:
     """Its holder is gone, or is this process (a run in it that ended without closing)."""
     same_host = holder.get("host") == socket.gethostname()
     same_pids = holder.get("pidns", pid_namespace()) == pid_namespace()  # (a lock written before Sea recorded it: as before)
-    if same_host and not same_pids and (held := in_use(path)) is not None:
-        return not held  # a run in a container (or the host, seen from one): its PID says nothing here, its flock does
+    if same_host and not same_pids and (held := in_use(path)) is not None and not held:
+        return True  # a run in a container (or the host, seen from one): its PID says nothing here, its flock does
+    # held (or no flock here): by its heartbeat, as on another host (anyone who may read the file
+    # may hold a lock on it too: a live run's heartbeat says it lives, not the lock alone)
     if same_host and same_pids and isinstance(holder.get("pid"), int):
         if holder["pid"] == os.getpid():
             return True

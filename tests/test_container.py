@@ -172,6 +172,30 @@ def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_di
             t.private.remove_all()
 
 
+def test_a_lock_someone_else_holds_on_a_dead_container_runs_lock_file_does_not_keep_it(disk_dir):
+    """The work directory's lock file may be read, and so locked, by others: a lock held on it does
+    not keep a run from another PID namespace alive past its heartbeat."""
+    import fcntl
+    import json
+    import socket
+
+    from sea.lock import LOCK, STALE_AFTER, RunLock, SeaRunLocked
+
+    home = disk_dir / "work"
+    (home / LOCK).parent.mkdir(parents=True)
+    (home / LOCK).write_text(json.dumps({"host": socket.gethostname(), "pid": 4242, "pidns": "pid:[1]", "started": 0}))
+    reader = os.open(home / LOCK, os.O_RDONLY)
+    try:
+        fcntl.flock(reader, fcntl.LOCK_EX)  # (flock asks for no write access)
+        with pytest.raises(SeaRunLocked):  # its heartbeat is recent: it may live
+            RunLock.acquire(home)
+        old = time.time() - STALE_AFTER - 60
+        os.utime(home / LOCK, (old, old))
+        RunLock.acquire(home).release()  # no heartbeat for longer than a run's: taken over
+    finally:
+        os.close(reader)
+
+
 # --------------------------------------------------------------------------------- docs/containers.md with a real Podman
 ROOT = Path(__file__).parents[1]
 CACHE = Path("/var/tmp/sea-test-containers")  # Podman's storage (overlay) and the engine image, kept between runs
