@@ -82,10 +82,15 @@ class RunLock:
                     pass
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                pass  # a filesystem without locks (Lustre mounted noflock): judged by its heartbeat
-            os.write(fd, json.dumps(me).encode())
+                pass  # no locks here (Lustre mounted noflock), or another user who may read it holds one: judged by its heartbeat
+            try:
+                os.write(fd, json.dumps(me).encode())
+            except BaseException:
+                os.close(fd)
+                os.unlink(path)
+                raise
             return cls(path, me, replaced, fd)
         raise SeaRunLocked(_refusal(home, path, _read(path)))
 

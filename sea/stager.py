@@ -334,11 +334,25 @@ def swap_in(copy: Path, logical: Path) -> None:
     old = None
     if os.path.lexists(logical):
         old = logical.parent / temporary_name(logical.name, "old")
-        rmtree(old)
+        _remove_entry(old)  # (an earlier swap's, interrupted)
         os.rename(logical, old)
-    os.rename(copy, logical)
+    try:
+        os.rename(copy, logical)
+    except BaseException:
+        if old is not None:
+            os.rename(old, logical)  # as it was
+        raise
     if old is not None:
-        old.unlink() if old.is_symlink() else rmtree(old)
+        _remove_entry(old)
+
+
+def _remove_entry(path: Path) -> None:
+    """A link, file or directory tree at ``path``, removed; nothing there is no error."""
+    if os.path.islink(path) or os.path.isfile(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    else:
+        rmtree(path)
 
 
 def identity(st: os.stat_result) -> tuple[int, int, int, int, int]:

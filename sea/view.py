@@ -59,6 +59,7 @@ VIEWS_DIR = ".sea-views"  # in a tier's private directory: each worker's overlay
 _entered: str | None = None  # "" once this process is in its own namespace, else why not
 _base: int | None = None  # this process's namespace as enter() made it (a descriptor), -1 where it cannot be kept
 _let_go: queue.SimpleQueue | None = None  # descriptors of the namespaces nodes left, closed by a thread of their own
+_cwd: int | None = None  # the directory the process was in as its node's namespace was made
 
 
 def _check(result: int, what: str) -> None:
@@ -116,27 +117,99 @@ def _enter() -> str:
 def _node_namespace() -> bool:
     """Put the calling thread in a copy of the process's namespace, for one node's mounts: ``False``
     where it cannot be (the node's mounts are then made, and unmounted, in the process's own)."""
-    global _base, _let_go
+    global _base, _let_go, _cwd
     if _base is None:
+        _base = -1
         try:
-            _base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            base = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            _base = -1
-        else:
-            _let_go = queue.SimpleQueue()
-            threading.Thread(target=_close_each, args=(_let_go,), name="sea-view-namespaces", daemon=True).start()
-    return _base >= 0 and _libc.unshare(_CLONE_NEWNS) == 0
+            return False
+        let_go = queue.SimpleQueue()
+        try:
+            threading.Thread(target=_close_each, args=(let_go,), name="sea-view-namespaces", daemon=True).start()
+        except RuntimeError:  # no thread to be had (a limit on processes): every node's mounts here, as before
+            os.close(base)
+            return False
+        _base, _let_go = base, let_go
+    if _base < 0:
+        return False
+    try:
+        _cwd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # setns sets it to the root: put back after
+    except OSError:
+        _cwd = None
+    if _libc.unshare(_CLONE_NEWNS) != 0:
+        _forget_cwd()
+        return False
+    return True
 
 
 def _leave_node_namespace() -> bool:
-    """Back to the process's namespace (:func:`_node_namespace`); the node's is let go by the
-    thread, with its mounts. ``False`` if it could not be left (its mounts are then unmounted here)."""
-    node = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    if _libc.setns(_base, _CLONE_NEWNS) != 0:
-        os.close(node)
+    """Back to the process's namespace (:func:`_node_namespace`) and the directory the process was
+    in; the node's namespace is let go by the thread, with its mounts. ``False`` where it is not
+    left: it could not be, or threads or processes the node started still run in it (a thread
+    pool, joblib's workers), which later nodes may use. The node's mounts are then unmounted here,
+    and the process makes every later node's in this namespace, which those see, as before."""
+    global _base
+    try:
+        node = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        node = None
+    if node is None or _others_in(node) or _libc.setns(_base, _CLONE_NEWNS) != 0:
+        if node is not None:
+            os.close(node)
+        os.close(_base)
+        _base = -1  # from now on as before: one namespace, the node's mounts unmounted as it returns
+        _forget_cwd()
         return False
     _let_go.put(node)
+    if _cwd is not None:
+        with contextlib.suppress(OSError):
+            os.fchdir(_cwd)
+    _forget_cwd()
     return True
+
+
+def _others_in(namespace: int) -> bool:
+    """Whether a thread besides this one and Sea's, or a process this one started, is in the mount
+    namespace ``namespace`` (a descriptor of it)."""
+    if threading.active_count() > 2:  # (this thread and the one that lets namespaces go)
+        return True
+    ino = os.fstat(namespace).st_ino
+    pending, seen = [str(os.getpid())], set()
+    while pending:
+        pid = pending.pop()
+        for task in _listdir(f"/proc/{pid}/task"):
+            for child in _read(f"/proc/{pid}/task/{task}/children").split():
+                if child in seen:
+                    continue
+                seen.add(child)
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{child}/ns/mnt").st_ino == ino:
+                        return True
+                pending.append(child)
+    return False
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _forget_cwd() -> None:
+    global _cwd
+    if _cwd is not None:
+        os.close(_cwd)
+        _cwd = None
 
 
 def _close_each(descriptors: queue.SimpleQueue) -> None:
@@ -215,8 +288,8 @@ class View:
             source = os.open(self.physical, os.O_PATH | os.O_DIRECTORY)  # it may be in the home, under the overlay
             real_at = os.open(at, os.O_PATH | os.O_DIRECTORY)
         except BaseException:
-            if own and not _leave_node_namespace():
-                raise RuntimeError("a node's mount namespace could not be left") from None
+            if own:
+                _leave_node_namespace()  # (nothing mounted yet)
             raise
         subs = []  # (mount point, its filesystem as it is now): taken before the overlay hides it
         for point in self.submounts:

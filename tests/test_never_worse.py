@@ -539,6 +539,46 @@ def test_an_unprivileged_user_gets_the_view_and_nothing_of_it_stays(disk_dir, sh
     assert str(home) not in Path("/proc/self/mountinfo").read_text()
 
 
+def test_a_worker_keeps_its_directory_and_a_pool_a_node_started_sees_the_next_nodes_view(disk_dir, shm_dir):
+    """Each node's mounts are made in a copy of its worker's namespace (sea.view). Leaving it must
+    put the worker back in the directory it was in (Nipype's workers start in the user's: a
+    relative path, an import from there), and a thread pool a node started and left running
+    (joblib's, a module's) must see the next node's view: the worker stays then in one namespace,
+    as before, and writes through the pool land in the next node's directory on the tier."""
+    from sea.view import View
+
+    home, tier = disk_dir / "home", shm_dir / "sea-x"
+    for node in ("one", "two"):
+        (tier / "wf" / node).mkdir(parents=True)
+    (home / "wf").mkdir(parents=True)
+    report = disk_dir / "child.txt"
+    pid = os.fork()
+    if pid == 0:  # a worker process
+        try:
+            import concurrent.futures
+
+            from sea import view as sea_view
+
+            os.chdir(disk_dir)
+            assert sea_view.enter() is None
+            with View(home, home / "wf" / "one", tier / "wf" / "one", (tier,), tier / ".views").mounted():
+                pool = concurrent.futures.ThreadPoolExecutor(1)
+                pool.submit(lambda: None).result()  # started by the first node, left running
+            after_one = os.getcwd()
+            with View(home, home / "wf" / "two", tier / "wf" / "two", (tier,), tier / ".views").mounted():
+                pool.submit(lambda: (home / "wf" / "two" / "out.txt").write_text("from the pool")).result()
+            report.write_text(f"{after_one}\n{os.getcwd()}")
+        except BaseException:
+            report.write_text(__import__("traceback").format_exc())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert report.exists() and "Traceback" not in report.read_text(), report.read_text() if report.exists() else "the child wrote nothing"
+    assert report.read_text().split("\n") == [str(disk_dir), str(disk_dir)], "the worker's directory was not put back"
+    assert (tier / "wf" / "two" / "out.txt").read_text() == "from the pool"
+    assert list((home / "wf").iterdir()) == []
+
+
 def test_where_namespaces_are_not_allowed_nodes_run_at_their_tier_paths_and_the_report_says_why(disk_dir, shm_dir, other_user):
     """A process that may not make a user namespace (here: one with a second thread, which the
     kernel refuses as a seccomp profile or ``user.max_user_namespaces=0`` would) gets the reason
