@@ -404,6 +404,25 @@ def test_a_directory_handed_on_as_a_plain_string_stays_until_its_readers_finishe
 MRTRIX = pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)")
 
 
+def _in_a_child(function, where: Path) -> str:
+    """What ``function()`` returns, run in a forked process (a worker's, or a user's once it drops
+    root); its traceback, if it raised, fails the test."""
+    report = where / f"child-{time.monotonic_ns()}.txt"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            report.write_text(function())
+        except BaseException:
+            report.write_text("Traceback\n" + __import__("traceback").format_exc())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert report.exists(), "the child wrote nothing"
+    told = report.read_text()
+    assert not told.startswith("Traceback"), told
+    return told
+
+
 def _history(mif: Path) -> list[str]:
     """The ``command_history`` lines of an MRtrix3 ``.mif`` header: the command lines that made it."""
     header = mif.read_bytes().split(b"\nEND\n")[0].decode()
@@ -503,30 +522,23 @@ def test_an_unprivileged_user_gets_the_view_and_nothing_of_it_stays(disk_dir, sh
     for path in (disk_dir, home, home / "wf", shm_dir, *tier.rglob("*"), tier):
         os.chown(path, uid, gid)
     view = View(home, home / "wf" / "node", tier / "wf" / "node", (tier,), tier / ".views")
-    report = disk_dir / "child.txt"
-    pid = os.fork()
-    if pid == 0:  # the user's process
-        try:
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-            refused = __import__("sea.view", fromlist=["enter"]).enter()
-            with view.mounted():
-                os.chdir(view.logical)
-                made = subprocess.run(["mrconvert", "-quiet", view.to_logical(str(tier / "wf" / "producer" / "in.nii")), "out.mif"], capture_output=True, text=True, env={**os.environ, "HOME": str(disk_dir)})
-                lines = [str(refused), os.getcwd(), str(made.returncode), made.stderr.strip().replace("\n", " "), *(_history(Path("out.mif")) if made.returncode == 0 else [])]
-                os.chdir("/")
-            left_mounted = str(home) in Path("/proc/self/mountinfo").read_text()  # in the namespace its next node starts from
-            with view.mounted():  # its next node: the scratch it keeps for it is used again
-                again = os.path.isdir(view.logical) and os.path.samefile(view.logical, view.physical)
-            report.write_text("\n".join([f"{left_mounted} {again}", *lines]))
-        except BaseException:
-            report.write_text(__import__("traceback").format_exc())
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    assert report.exists() and "Traceback" not in report.read_text(), report.read_text() if report.exists() else "the child wrote nothing"
-    after, refused, cwd, code, stderr, *history = report.read_text().split("\n", 5)
+    def user_process() -> str:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        refused = __import__("sea.view", fromlist=["enter"]).enter()
+        with view.mounted():
+            os.chdir(view.logical)
+            made = subprocess.run(["mrconvert", "-quiet", view.to_logical(str(tier / "wf" / "producer" / "in.nii")), "out.mif"], capture_output=True, text=True, env={**os.environ, "HOME": str(disk_dir)})
+            lines = [str(refused), os.getcwd(), str(made.returncode), made.stderr.strip().replace("\n", " "), *(_history(Path("out.mif")) if made.returncode == 0 else [])]
+            os.chdir("/")
+        left_mounted = str(home) in Path("/proc/self/mountinfo").read_text()  # in the namespace its next node starts from
+        with view.mounted():  # its next node: the scratch it keeps for it is used again
+            again = os.path.isdir(view.logical) and os.path.samefile(view.logical, view.physical)
+        return "\n".join([f"{left_mounted} {again}", *lines])
+
+    told = _in_a_child(user_process, disk_dir)
+    after, refused, cwd, code, stderr, *history = told.split("\n", 5)
     assert after == "False True", "a mount of the view stayed in the process's namespace, or its next view failed"
     history = history[0] if history else ""
     assert (refused, code) == ("None", "0"), stderr
@@ -551,30 +563,23 @@ def test_a_worker_keeps_its_directory_and_a_pool_a_node_started_sees_the_next_no
     for node in ("one", "two"):
         (tier / "wf" / node).mkdir(parents=True)
     (home / "wf").mkdir(parents=True)
-    report = disk_dir / "child.txt"
-    pid = os.fork()
-    if pid == 0:  # a worker process
-        try:
-            import concurrent.futures
+    def worker_process() -> str:
+        import concurrent.futures
 
-            from sea import view as sea_view
+        from sea import view as sea_view
 
-            os.chdir(disk_dir)
-            assert sea_view.enter() is None
-            with View(home, home / "wf" / "one", tier / "wf" / "one", (tier,), tier / ".views").mounted():
-                pool = concurrent.futures.ThreadPoolExecutor(1)
-                pool.submit(lambda: None).result()  # started by the first node, left running
-            after_one = os.getcwd()
-            with View(home, home / "wf" / "two", tier / "wf" / "two", (tier,), tier / ".views").mounted():
-                pool.submit(lambda: (home / "wf" / "two" / "out.txt").write_text("from the pool")).result()
-            report.write_text(f"{after_one}\n{os.getcwd()}")
-        except BaseException:
-            report.write_text(__import__("traceback").format_exc())
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    assert report.exists() and "Traceback" not in report.read_text(), report.read_text() if report.exists() else "the child wrote nothing"
-    assert report.read_text().split("\n") == [str(disk_dir), str(disk_dir)], "the worker's directory was not put back"
+        os.chdir(disk_dir)
+        assert sea_view.enter() is None
+        with View(home, home / "wf" / "one", tier / "wf" / "one", (tier,), tier / ".views").mounted():
+            pool = concurrent.futures.ThreadPoolExecutor(1)
+            pool.submit(lambda: None).result()  # started by the first node, left running
+        after_one = os.getcwd()
+        with View(home, home / "wf" / "two", tier / "wf" / "two", (tier,), tier / ".views").mounted():
+            pool.submit(lambda: (home / "wf" / "two" / "out.txt").write_text("from the pool")).result()
+        return f"{after_one}\n{os.getcwd()}"
+
+    told = _in_a_child(worker_process, disk_dir)
+    assert told.split("\n") == [str(disk_dir), str(disk_dir)], "the worker's directory was not put back"
     assert (tier / "wf" / "two" / "out.txt").read_text() == "from the pool"
     assert list((home / "wf").iterdir()) == []
 
