@@ -161,6 +161,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             self._ran = []
             px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result
             px_.skip_status_of(self._with_us)  # Pydra's loop looks on disk only at jobs returned
+            px_.split_in_linear_time(True)  # Pydra flattens a split's whole input once per job
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
@@ -170,6 +171,9 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()
                 self.engine = None
+                px_.find_results_on_tiers(None)
+                px_.skip_status_of(None)
+                px_.split_in_linear_time(False)
                 self._watch.stop()
                 self._interrupt.restore()
                 raise
@@ -210,6 +214,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         engine, self.engine = self.engine, None
         px_.find_results_on_tiers(None)
         px_.skip_status_of(None)
+        px_.split_in_linear_time(False)
         self._registered.clear()
         self._persisted.clear()
         self._claimed.clear()

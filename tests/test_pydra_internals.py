@@ -317,3 +317,42 @@ def test_an_output_hashed_in_its_jobs_process_is_what_the_consumers_checksum_fin
     nifti = Nifti1.sample(tmp_path / "sample")
     assert px_._taken_as_is(nifti, File) and px_._taken_as_is(nifti, File | None) and px_._taken_as_is(nifti, list[File]) and px_._taken_as_is(nifti, ty.Any)
     assert not px_._taken_as_is(File(hashed_path), Nifti1) and not px_._taken_as_is(File(hashed_path), str)
+
+
+SPLITS = [  # (splitter, inputs, container_ndim): a plain split, scalar and outer splitters, nested values
+    ("a", {"NA.a": [3, 5, 7]}, None),
+    (("a", "b"), {"NA.a": [1, 2], "NA.b": ["x", "y"]}, None),
+    (["a", "b"], {"NA.a": [1, 2], "NA.b": [[3, 4], [5]]}, None),
+    ("a", {"NA.a": [[1, 2], [3, 4]]}, {"NA.a": 2}),
+    (["a", ("b", "c")], {"NA.a": [0, 1, 2], "NA.b": [(1, 2), (3, 4)], "NA.c": ["p", "q"]}, None),
+]
+
+
+@pytest.mark.parametrize("splitter, inputs, container_ndim", SPLITS)
+def test_a_split_made_in_linear_time_has_pydras_own_states(splitter, inputs, container_ndim, monkeypatch):
+    """``split_in_linear_time`` replaces ``pydra.engine.state.map_splits``, which
+    ``State.prepare_states`` calls by its module name, with one that flattens each input once:
+    the same states, and one flatten per input where Pydra's makes one per state."""
+    from pydra.engine import state
+
+    def states(linear: bool) -> tuple[list, int]:
+        calls = []
+        real = state.flatten
+        monkeypatch.setattr(state, "flatten", lambda vals, cur_depth=0, max_depth=None: calls.append(cur_depth) or real(vals, cur_depth, max_depth))
+        px_.split_in_linear_time(linear)
+        try:
+            st = state.State(name="NA", splitter=splitter)
+            st.prepare_states(inputs=inputs, container_ndim=container_ndim)
+            before = len(calls)
+            values = st.prepare_states_val()
+            return values, sum(1 for depth in calls[before:] if depth == 0)
+        finally:
+            px_.split_in_linear_time(False)
+            monkeypatch.setattr(state, "flatten", real)
+
+    pydras, pydras_flattens = states(False)
+    ours, our_flattens = states(True)
+    assert ours == pydras and [list(map(id, s.values())) for s in ours] == [list(map(id, s.values())) for s in pydras]
+    assert pydras_flattens == sum(len(s) for s in pydras), "Pydra's map_splits no longer flattens an input per state: is the workaround still needed?"
+    assert our_flattens == len(pydras[0])
+    assert state.map_splits.__module__ == "pydra.engine.state", "Pydra's own is not back"

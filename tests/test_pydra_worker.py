@@ -90,6 +90,25 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir,
     assert px_._held == {}, "the run's jobs are still held after it"
 
 
+def test_a_run_makes_a_split_nodes_jobs_flattening_its_input_once(tmp_path, shm_dir, monkeypatch):
+    """Pydra flattens a split node's whole input once per job it makes (N^2: 264 s at 20,000);
+    while a run lives, its jobs are made by ``_pydra_internals.split_in_linear_time``'s, and
+    Pydra's own is back after it."""
+    from pydra.engine import state
+
+    from benchmarks.scaling import pydra_fan
+    from pydra_sea import _pydra_internals as px_
+
+    ours, made = px_._map_splits_flattening_once, []
+    monkeypatch.setattr(px_, "_map_splits_flattening_once", lambda *a, **k: made.extend(ours(*a, **k)) or iter(made))
+    pydras = state.map_splits
+    with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        result = sub(pydra_fan(30))
+    assert not result.errored and result.outputs.total == 30 * 29
+    assert made == [{"double.i": i} for i in range(30)]
+    assert state.map_splits is pydras
+
+
 def test_a_pickled_worker_carries_none_of_what_its_process_holds():
     """A job sent to a process is pickled with its submitter, and so with this worker: every field
     the submitting process owns (the jobs it holds among them) goes as new, or each job carried the
