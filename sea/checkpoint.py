@@ -173,6 +173,30 @@ class Held:
     pinned: bool = False  # a rerun will read it (its resume plan counted on it): never a victim before
 
 
+class _Packs(dict):
+    """key -> :class:`Held`, with the bytes they hold summed as packs come and go (the budget is
+    asked after every node: a sum over the packs each time grew with the run)."""
+
+    nbytes = 0
+
+    def __setitem__(self, key: str, held: Held) -> None:
+        self.nbytes += held.nbytes - (self[key].nbytes if key in self else 0)
+        super().__setitem__(key, held)
+
+    def __delitem__(self, key: str) -> None:
+        self.nbytes -= self[key].nbytes
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default):
+        if key in self:
+            self.nbytes -= self[key].nbytes
+        return super().pop(key, *default)
+
+    def resize(self, key: str, nbytes: int) -> None:
+        self.nbytes += nbytes - self[key].nbytes
+        self[key].nbytes = nbytes
+
+
 @dataclass
 class CheckpointPolicy:
     """The checkpoint decision for each node of one run, and what the report says of them.
@@ -193,7 +217,7 @@ class CheckpointPolicy:
     _seconds: dict[str, float] = field(default_factory=dict)  # key -> its run time
     _chain: dict[str, set[str]] = field(default_factory=dict)  # key -> it and the evicted producers it needs
     _kept: dict[str, float] = field(default_factory=dict)  # key -> the recomputation its copy spares
-    _held: dict[str, Held] = field(default_factory=dict)  # packs: key -> what the budget holds for it
+    _held: _Packs = field(default_factory=_Packs)  # packs: key -> what the budget holds for it
     saved_seconds: float = 0.0  # recomputation the kept directories spare a rerun that needs them all
     delivered: int = 0  # bytes the run delivered so far (declared outputs, directories that go home)
     stopped: str = ""  # why checkpointing stopped for this run (a copy failed), if it did
@@ -240,7 +264,7 @@ class CheckpointPolicy:
         return self.budget.bytes(delivered) - (self.overhead() if share else 0)
 
     def held_bytes(self) -> int:
-        return sum(h.nbytes for h in self._held.values())
+        return self._held.nbytes
 
     def held_keys(self) -> list[str]:
         """The nodes whose packs are home (or on their way)."""
@@ -277,7 +301,8 @@ class CheckpointPolicy:
         held = self._held.get(key)
         if held is None:
             return []
-        held.nbytes, held.committed = nbytes, True
+        self._held.resize(key, nbytes)
+        held.committed = True
         victims = [v for v in held.victims if v in self._held]
         held.victims = ()
         for victim in victims:
