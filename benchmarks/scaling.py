@@ -1,7 +1,7 @@
 """How the scheduler's cost grows with the graph: a fan-out/fan-in of N trivial nodes, side by side.
 
 ``python -m benchmarks.scaling --size smoke|full [--plugins MultiProc,SeaMultiProc,cf,sea]
-[--cap 600] [--out benchmarks/results]``
+[--repeat 3] [--cap 600] [--out benchmarks/results]``
 
 The workload is issue 19's: N iterable Function nodes that each double a number, joined by one
 JoinNode (Nipype); for Pydra, one task split over N values and combined, then a total. Nodes do
@@ -166,38 +166,63 @@ def measure(plugin: str, n: int, cap: float) -> dict:
         return {"plugin": plugin, "n": n, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
-def run_all(sizes: tuple[int, ...], plugins: list[str], cap: float) -> list[dict]:
-    records = []
-    for plugin in plugins:
-        for n in sizes:
-            record = measure(plugin, n, cap)
-            records.append(record)
-            shown = f"{record['seconds']:.2f} s" if record["seconds"] is not None else f"over {cap:.0f} s"
-            print(f"{plugin:>13} N={n:<6} {shown}", flush=True)
-            if record["seconds"] is None or record["seconds"] > cap:
-                break  # larger graphs would only take longer
+def run_all(sizes: tuple[int, ...], plugins: list[str], cap: float, repeat: int = 1) -> list[dict]:
+    """Each size in turn, ``repeat`` rounds of every plugin at it (interleaved: a slow minute of
+    the machine falls on all of them, not on one plugin's cells)."""
+    records, capped = [], set()
+    for n in sizes:
+        for rep in range(repeat):
+            for plugin in plugins:
+                if plugin in capped:
+                    continue
+                record = {**measure(plugin, n, cap), "rep": rep}
+                records.append(record)
+                shown = f"{record['seconds']:.2f} s" if record["seconds"] is not None else f"over {cap:.0f} s"
+                print(f"{plugin:>13} N={n:<6} {shown}", flush=True)
+                if record["seconds"] is None or record["seconds"] > cap:
+                    capped.add(plugin)  # larger graphs would only take longer
     return records
+
+
+PAIRS = (("sea", "cf"), ("SeaMultiProc", "MultiProc"))  # Sea's adapter over its engine's own, shown as a ratio
+
+
+def _cell(runs: list[dict]) -> dict | None:
+    """A cell's runs as one: the median run's figures, with the spread of its seconds."""
+    timed = sorted((r for r in runs if r["seconds"] is not None), key=lambda r: r["seconds"])
+    if not timed or len(timed) < len(runs) / 2:
+        return None
+    median = dict(timed[(len(timed) - 1) // 2])
+    median["low"], median["high"], median["runs"] = timed[0]["seconds"], timed[-1]["seconds"], len(timed)
+    return median
 
 
 def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
     sizes = sorted({r["n"] for r in records})
-    by = {(r["plugin"], r["n"]): r for r in records}
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for r in records:
+        runs.setdefault((r["plugin"], r["n"]), []).append(r)
+    by = {key: cell for key, group in runs.items() if (cell := _cell(group)) is not None}
+    repeat = max(len(group) for group in runs.values())
     plugins = [p for p in PLUGINS + TIER_PATHS if any(r["plugin"] == p for r in records)]
+    pairs = [(a, b) for a, b in PAIRS if a in plugins and b in plugins]
+    how = "One run per cell" if repeat == 1 else f"{repeat} runs per cell, the plugins in turn at each N; the median, with the fastest and slowest run in brackets"
     lines = [
         f"# Scheduler scaling, {size}: a fan-out/fan-in of N trivial nodes, n_procs 2, Sea's tier {TIER}",
         "",
-        f"One run per cell, each in a fresh process. Machine: {machine.nproc} cores, kernel {machine.kernel}, Python {machine.python}, "
+        f"{how}, each run in a fresh process. Machine: {machine.nproc} cores, kernel {machine.kernel}, Python {machine.python}, "
         f"nipype {machine.nipype}, commit {machine.repo_commit}, {machine.date}. A plugin over {cap:.0f} s at one N is not run at larger ones. "
         "SeaDask's cells are its client side alone: a stand-in client whose tasks end as they are submitted (no node runs).",
         "",
-        "| N | " + " | ".join(f"{p} (s)" for p in plugins) + " | " + " | ".join(f"{p} ms/node" for p in plugins) + " |",
-        "|--:|" + "--:|" * (2 * len(plugins)),
+        "| N | " + " | ".join(f"{p} (s)" for p in plugins) + " | " + " | ".join(f"{p} ms/node" for p in plugins) + "".join(f" | {a} / {b}" for a, b in pairs) + " |",
+        "|--:|" + "--:|" * (2 * len(plugins) + len(pairs)),
     ]
     for n in sizes:
         cells = [by.get((p, n)) for p in plugins]
-        seconds = [f"{c['seconds']:.2f}" if c and c["seconds"] is not None else "–" for c in cells]
-        per_node = [f"{1000 * c['seconds'] / c['nodes']:.1f}" if c and c["seconds"] is not None else "–" for c in cells]
-        lines.append(f"| {n:,} | " + " | ".join(seconds) + " | " + " | ".join(per_node) + " |")
+        seconds = [(f"{c['seconds']:.2f}" + (f" ({c['low']:.2f}–{c['high']:.2f})" if c["runs"] > 1 else "")) if c else "–" for c in cells]
+        per_node = [f"{1000 * c['seconds'] / c['nodes']:.1f}" if c else "–" for c in cells]
+        ratios = [f"{by[(a, n)]['seconds'] / by[(b, n)]['seconds']:.2f}" if (a, n) in by and (b, n) in by else "–" for a, b in pairs]
+        lines.append(f"| {n:,} | " + " | ".join(seconds + per_node + ratios) + " |")
     looped = [p for p in plugins if any(r["plugin"] == p and r.get("loop") is not None for r in records)]
     if looped:
         lines += [
@@ -215,7 +240,7 @@ def render_markdown(size: str, records: list[dict], machine, cap: float) -> str:
             lines.append(f"| {n:,} | " + " | ".join(own) + " |")
     lines += ["", "Time at each N over the time at the previous N (linear is the ratio of the N's):", ""]
     for p in plugins:
-        done = [(n, by[(p, n)]["seconds"]) for n in sizes if (p, n) in by and by[(p, n)]["seconds"] is not None]
+        done = [(n, by[(p, n)]["seconds"]) for n in sizes if (p, n) in by]
         ratios = [f"{b[0]}/{a[0]}: {b[1] / a[1]:.2f} (linear {b[0] / a[0]:.1f})" for a, b in zip(done, done[1:], strict=False)]
         lines.append(f"- {p}: " + ("; ".join(ratios) if ratios else "one size only"))
     return "\n".join(lines) + "\n"
@@ -226,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="smoke", help="smoke: N = 20, 60; part: 200 to 2,000; full: 200, 500, 1,000, 2,000, 5,000, 20,000")
     parser.add_argument("--sizes", help="comma-separated N to run instead of --size's (e.g. 1000,5000); results in scaling-n<N>-<N>.md")
     parser.add_argument("--plugins", default=",".join(PLUGINS), help="comma-separated, of " + ", ".join(PLUGINS + TIER_PATHS))
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each plugin at each N (the plugins in turn); cells show the median and the spread")
     parser.add_argument("--cap", type=float, default=600.0, help="seconds after which a plugin is not run at larger N")
     parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results"), help="directory for scaling-<size>.md and .json")
     args = parser.parse_args(argv)
@@ -240,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes:
         args.size = "n" + "-".join(map(str, sizes))
     machine = describe_machine()
-    records = run_all(sizes, plugins, args.cap)
+    if args.repeat < 1:
+        parser.error("--repeat: give 1 or more")
+    records = run_all(sizes, plugins, args.cap, args.repeat)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = f"scaling-{args.size}" + ("-tierpaths" if any(p in TIER_PATHS for p in plugins) else "")

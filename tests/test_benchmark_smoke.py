@@ -162,3 +162,25 @@ def test_scaling_benchmark_smoke_times_every_plugin(tmp_path):
     assert all(f"{plugin} (s)" in text and f"- {plugin}: 60/20: " in text for plugin in PLUGINS), text
     records = json.loads((tmp_path / "scaling-smoke.json").read_text())["records"]
     assert {(r["plugin"], r["n"]) for r in records} == {(p, n) for p in PLUGINS for n in (20, 60)}
+
+
+def test_a_scaling_table_of_repeated_runs_shows_each_cells_median_spread_and_sea_over_its_engine():
+    """``--repeat``: each cell is the median of its runs with their spread, a cell with most of
+    its runs past the cap is not shown, and ``sea / cf`` is the ratio of the medians."""
+    from types import SimpleNamespace
+
+    from benchmarks.scaling import render_markdown
+
+    def run(plugin, n, seconds):
+        return {"plugin": plugin, "n": n, "seconds": seconds, "nodes": n + 1}
+
+    records = [run("cf", 100, s) for s in (2.0, 9.0, 3.0)] + [run("sea", 100, s) for s in (3.3, 2.2, 2.9)]
+    records += [run("cf", 400, s) for s in (8.0, 8.4, 8.2)] + [run("sea", 400, s) for s in (None, None, 9.0)]
+    machine = SimpleNamespace(nproc=2, kernel="k", python="3", nipype="n", repo_commit="c", date="d")
+    text = render_markdown("t", records, machine, cap=60)
+    assert "3 runs per cell" in text, text
+    row = next(line for line in text.splitlines() if line.startswith("| 100 |"))
+    assert row.startswith("| 100 | 3.00 (2.00–9.00) | 2.90 (2.20–3.30) | 29.7 | 28.7 | 0.97 |"), row
+    row = next(line for line in text.splitlines() if line.startswith("| 400 |"))
+    assert row == "| 400 | 8.20 (8.00–8.40) | – | 20.4 | – | – |", row
+    assert "- cf: 400/100: 2.73 (linear 4.0)" in text, text
