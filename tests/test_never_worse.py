@@ -22,7 +22,7 @@ from sea import SeaConfig, SeaConfigError, SeaError
 from sea.report import RunReport
 from sea.stager import sweep_temporaries
 
-from conftest import sea_private_dirs
+from conftest import sea_private_dirs, tree_files
 
 TESTS = Path(__file__).parent
 
@@ -1066,4 +1066,52 @@ def test_a_sea_directory_another_user_made_in_the_home_is_refused_in_one_line(di
     os.chown(home / ".sea", *other_user)
     with pytest.raises(SeaError, match=rf"belongs to another user \(uid {other_user[0]}\)"):
         SeaEngine(SeaConfig.load({"tiers": [{"path": str(shm_dir)}]}), home)
+    assert sea_private_dirs(shm_dir) == []
+
+
+def _notes_beside(in_file):
+    import os
+
+    try:
+        with open(os.path.join(os.path.dirname(in_file), "notes.txt"), "a") as f:  # a log beside its input
+            f.write("the node ran\n")
+    except PermissionError:
+        return "refused"
+    return "written"
+
+
+def _run_notes_beside(plugin: str, base: str, tier: str, in_file: str) -> None:
+    from nipype import Function, Node, Workflow
+
+    wf = Workflow(name="readonly", base_dir=base)
+    node = Node(Function(input_names=["in_file"], output_names=["out"], function=_notes_beside), name="notes")
+    node.inputs.in_file = in_file
+    wf.add_nodes([node])
+    wf.config["execution"]["poll_sleep_duration"] = 0.05
+    graph = wf.run(plugin=plugin, plugin_args={"n_procs": 1, **({"sea": {"tiers": [{"path": tier}], "prefetch": True}} if plugin == "SeaMultiProc" else {})})
+    (ran,) = graph.nodes()
+    Path(base, "answer.txt").write_text(ran.result.outputs.out)
+
+
+def test_a_node_may_not_write_beside_a_prefetched_input_in_a_directory_its_user_may_not_write(disk_dir, shm_dir, other_user):
+    """F4 of the adversarial passes: a user without privileges, an input in a data directory they
+    may read but not write (root's, 0755). The input overlay would have let a node write a file
+    beside it there (into its upper layer), which MultiProc refuses: such a directory is not
+    overlaid, and the node is refused as under MultiProc, the directory unchanged."""
+    uid, gid = other_user
+    for path in (disk_dir, shm_dir):
+        os.chown(path, uid, gid)
+    data = disk_dir / "data"
+    data.mkdir(mode=0o755)
+    (data / "sub-01_bold.nii").write_bytes(b"\1" * 2**20)
+    before = tree_files(data)
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        base = disk_dir / plugin
+        base.mkdir()
+        os.chown(base, uid, gid)
+        _as_user(other_user, disk_dir, _run_notes_beside, plugin, str(base), str(shm_dir), str(data / "sub-01_bold.nii"))
+        assert (base / "answer.txt").read_text() == "refused", plugin
+    assert tree_files(data) == before
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
+    assert report.success and report.prefetch_hits == 1, report.to_text()
     assert sea_private_dirs(shm_dir) == []
