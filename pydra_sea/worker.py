@@ -125,7 +125,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _located: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> (job, workflow job, graph, node)
     _watch: Watchdog | None = attrs.field(default=None, init=False, repr=False, eq=False)  # fails Sea's waits if nothing can wake them
     _retiring: tuple | None = attrs.field(default=None, init=False, repr=False, eq=False)  # (broken pool, future done once its processes are gone)
-    _memory: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> (the most memory its job held in its process, when it began there)
+    _memory: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> (the most memory its job held in its process, when it began and ended there)
     _consumed: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # checksum -> its output fields other nodes take (px_.consumed_outputs)
     last_run: LastRun | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
@@ -328,7 +328,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 await self._retire(pool)
                 raise
         if placed:
-            self._memory[job.checksum] = (measured.memory, measured.started)
+            self._memory[job.checksum] = (measured.memory, measured.started, measured.ended)
         if measured.view_refused and self.engine is not None:
             self.engine.view_refused(measured.view_refused)
         return measured.result
@@ -385,8 +385,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             tier = engine.physical_dir(key).parent
             if key in self._persisted:  # its directory will move home: Pydra must not read it on the way
                 px_.look_in_home(job, home, tier)
-            memory, began = self._memory.pop(key, (None, None))
-            engine.node_finished(key, gives=px_.output_paths(result), memory=memory, started=began)
+            memory, began, ended = self._memory.pop(key, (None, None, None))
+            engine.node_finished(key, gives=px_.output_paths(result), memory=memory, started=began, ended=ended)
         self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
@@ -472,7 +472,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         if consumed:
             with contextlib.suppress(Exception):  # what is not in the cache, Pydra hashes as it would
                 px_.hash_outputs(result, consumed)
-        return _Measured(result, peak.bytes, refused if isinstance(refused, str) else "", began)
+        return _Measured(result, peak.bytes, refused if isinstance(refused, str) else "", began, time.monotonic())
 
     async def _settled(self, key: str, quiet: bool = False) -> None:
         """Until the job's directory settled (``SeaEngine.is_settled``), or with ``quiet``, until
@@ -608,6 +608,7 @@ class _Measured(ty.NamedTuple):
     memory: int | None
     view_refused: str = ""  # why the job could not be shown its view (sea.view), if it could not
     started: float | None = None  # when the job began in the process (time.monotonic): it may have waited in the pool's queue since it was placed
+    ended: float | None = None  # when it ended there: its result may wait for Pydra's loop, busy with other jobs, before the engine hears of it
 
 
 def _process_init() -> None:

@@ -594,7 +594,13 @@ class SeaEngine:
         return True
 
     def node_finished(
-        self, key: str, reads: Iterable[str] = (), gives: Iterable[str] = (), memory: int | None = None, started: float | None = None
+        self,
+        key: str,
+        reads: Iterable[str] = (),
+        gives: Iterable[str] = (),
+        memory: int | None = None,
+        started: float | None = None,
+        ended: float | None = None,
     ) -> None:
         """``reads``: paths the node's inputs named; those of files outside the home and the tiers
         (the workflow's input data) are fingerprinted in the journal, so that a rerun after one of
@@ -603,7 +609,10 @@ class SeaEngine:
         ``memory``: the most memory the node held, measured in its process (:class:`sea.memory.JobPeak`):
         nodes of its kind reserve at least that from now on, in later runs too. ``started``: when it
         began to run (``time.monotonic()``), where that is later than its placement (a job placed to
-        wait in a pool's queue): its run time, which nodes of its kind are expected to take, counts from then."""
+        wait in a pool's queue): its run time, which nodes of its kind are expected to take, counts from then.
+        ``ended``: when it ended there, where that is earlier than now (its result waited for the
+        engine's loop, busy with other jobs): its run time ends then. A run time that counted that
+        wait made a trivial task of a big fan-out seem worth a checkpoint."""
         with self._lock:
             if memory:
                 self._measured(key, memory)
@@ -629,7 +638,8 @@ class SeaEngine:
             node.size = size - inside  # parts inside the directory were settled on their own
             self.hierarchy.settle(p.tier, p.reserved, node.size)
             self.run.sample()
-            seconds = node.finished - node.started if node.started else None
+            ran_until = ended if ended is not None and node.started and node.started <= ended <= node.finished else node.finished
+            seconds = ran_until - node.started if node.started else None
             self.estimator.learn(node.spec.kind, size, seconds, files + staged_files)
             self.backpressure.node_ran(seconds, size)
             if self._delivers(node.spec, node.open_ended):  # a sink delivers its outputs, the rest its directory
