@@ -37,7 +37,7 @@ from pathlib import Path
 import psutil
 
 from .config import SeaConfigError
-from .private import in_use
+from .private import in_use, pid_namespace, seen_by_lock
 
 logger = logging.getLogger("sea")
 
@@ -73,7 +73,7 @@ class RunLock:
                 holder = _read(path)
                 if not _stale(path, holder):
                     raise SeaRunLocked(_refusal(home, path, holder)) from None
-                if holder.get("pid") != os.getpid():
+                if not _mine(holder, me):  # (a container's first process is PID 1 in each container)
                     logger.warning("[Sea] %s was left by a run that is gone (%s); taking it over", path, _who(holder))
                     replaced = holder
                 try:
@@ -83,8 +83,9 @@ class RunLock:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                me["flock"] = True  # what other runs may judge it by (see _stale)
             except OSError:
-                pass  # no locks here (Lustre mounted noflock), or another user who may read it holds one: judged by its heartbeat
+                me["flock"] = False  # no locks here (Lustre mounted noflock), or another user who may read it holds one: judged by its heartbeat
             try:
                 os.write(fd, json.dumps(me).encode())
             except BaseException:
@@ -132,21 +133,14 @@ def _read(path: Path) -> dict:
         return {}  # being written this instant, or damaged: judged by its age
 
 
-def pid_namespace() -> str | None:
-    """This process's PID namespace (``pid:[4026531836]``): a PID names the same process only in
-    the namespace it was read in. ``None`` where it cannot be read."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
-
-
 def _stale(path: Path, holder: dict) -> bool:
     """Its holder is gone, or is this process (a run in it that ended without closing)."""
     same_host = holder.get("host") == socket.gethostname()
     same_pids = holder.get("pidns", pid_namespace()) == pid_namespace()  # (a lock written before Sea recorded it: as before)
-    if same_host and not same_pids and (held := in_use(path)) is not None and not held:
-        return True  # a run in a container (or the host, seen from one): its PID says nothing here, its flock does
+    # a run in a container (or the host, seen from one): its PID says nothing here, its flock does,
+    # if it holds one (another user who may read the file could have held it first, for a moment)
+    if holder.get("flock") is True and seen_by_lock(path, holder.get("host", ""), holder.get("pidns")) and in_use(path) is False:
+        return True
     # held (or no flock here): by its heartbeat, as on another host (anyone who may read the file
     # may hold a lock on it too: a live run's heartbeat says it lives, not the lock alone)
     if same_host and same_pids and isinstance(holder.get("pid"), int):
@@ -163,6 +157,11 @@ def _stale(path: Path, holder: dict) -> bool:
         return time.time() - path.stat().st_mtime > STALE_AFTER
     except FileNotFoundError:
         return True
+
+
+def _mine(holder: dict, me: dict) -> bool:
+    """The record is this very process's (a run in it that ended without closing)."""
+    return all(holder.get(k) == me[k] for k in ("host", "pid", "pidns", "created"))
 
 
 def _who(holder: dict) -> str:

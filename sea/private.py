@@ -34,6 +34,7 @@ import fcntl
 import json
 import os
 import shutil
+import socket
 import stat
 import tempfile
 import threading
@@ -199,6 +200,37 @@ class PrivateDir:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+
+
+LOCAL_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs"})
+
+
+def pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[4026531836]``): a PID names the same process only in
+    the namespace it was read in. ``None`` where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def seen_by_lock(path: Path, host: str, namespace: str | None) -> bool:
+    """Whether :func:`in_use` tells a live holder of ``path`` (a run recorded as on ``host``, in PID
+    ``namespace``) from a dead one where its PID cannot: it ran in another PID namespace (a
+    container), on this machine. On this host name; or under a host name of its own (a container's
+    default: Docker's and Podman's without ``--network=host``) where ``path`` is on a filesystem
+    only this machine serves (a tmpfs, a local disk), whose locks every process that can reach it
+    shares (another machine's lock on a network filesystem, or this one's exported, may not show)."""
+    if namespace is None or namespace == pid_namespace():
+        return False  # its PID says it (here), or another machine's run: neither the lock alone
+    if host == socket.gethostname():
+        return True
+    from .durable import filesystem_types
+
+    try:
+        return filesystem_types().get(os.stat(path, follow_symlinks=False).st_dev) in LOCAL_FILESYSTEMS
+    except OSError:
+        return False
 
 
 def in_use(path: Path) -> bool | None:

@@ -24,9 +24,8 @@ import psutil
 from . import container
 from .config import MIN_CAPACITY, SeaConfig, SeaConfigError, TierSpec, expand_vars, no_room
 from .durable import device
-from .lock import pid_namespace
 from .memory import MemoryBudget, is_ram_backed
-from .private import KEPT_FILE, OWNER_FILE, PrivateDir, in_use, rmtree
+from .private import KEPT_FILE, OWNER_FILE, PrivateDir, in_use, pid_namespace, rmtree, seen_by_lock
 from .sizes import format_size, parse_fraction, parse_size
 
 logger = logging.getLogger("sea")
@@ -301,11 +300,13 @@ def key_in_private_dir(path: Path) -> str | None:
 
 
 def dead_private_dirs(root: Path) -> list[Path]:
-    """The private directories of this user's runs on this host, now dead, in ``root`` (real
+    """The private directories of this user's runs on this machine, now dead, in ``root`` (real
     directories only: a link or another user's directory named like one is not ours). Dead: no
     process holds its lock (:func:`sea.private.in_use`), and its PID is gone, where that says
     something (this PID namespace: a run in a container sees none of the host's PIDs, nor the host
-    a container's); where the filesystem has no locks, only a PID in this namespace tells."""
+    a container's). A run in a container with a host name of its own is judged by its lock where
+    the tier is this machine's own (:func:`sea.private.seen_by_lock`); where the filesystem has no
+    locks, only a PID in this namespace on this host tells."""
     found = []
     for candidate in Path(root).glob("sea-*"):
         try:
@@ -314,13 +315,11 @@ def dead_private_dirs(root: Path) -> list[Path]:
                 continue
             first, *rest = (candidate / OWNER_FILE).read_text().splitlines()
             pid, host, *_ = first.split()
-            if host != socket.gethostname():
-                continue
             namespace = rest[0] if rest else None  # (written since Sea recorded it)
-            held = in_use(candidate)
-            if held or (held is None and namespace != pid_namespace()):
-                continue
-            if namespace in (None, pid_namespace()) and psutil.pid_exists(int(pid)):
+            if seen_by_lock(candidate, host, namespace):
+                if in_use(candidate) is not False:
+                    continue
+            elif host != socket.gethostname() or in_use(candidate) or psutil.pid_exists(int(pid)):
                 continue
         except (OSError, ValueError):
             continue

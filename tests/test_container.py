@@ -11,6 +11,7 @@ host: the same outputs, byte for byte.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -129,29 +130,37 @@ time.sleep(600)
 """
 
 
-def in_other_pid_namespace(script: str, *args: str) -> subprocess.Popen:
+def in_other_pid_namespace(script: str, *args: str, hostname: str | None = None) -> subprocess.Popen:
     """``python -c script args`` as a container runs it: in a PID namespace of its own (its PIDs
-    none of this one's: the first it hands out is one no process has here), the same host name."""
+    none of this one's: the first it hands out is one no process has here), the same host name
+    (``--network=host``) or ``hostname`` (a container's own, Docker's and Podman's default)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (util-linux) for a PID namespace")
     free = next(p for p in range(30000, 1, -1) if not psutil.pid_exists(p) and not psutil.pid_exists(p + 1))
     command = f"echo {free} > /proc/sys/kernel/ns_last_pid; {shlex.quote(sys.executable)} -c {shlex.quote(script)} {shlex.join(args)}"
+    if hostname is not None:
+        command = f"hostname {shlex.quote(hostname)} && {command}"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    return subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sh", "-c", command], stdout=subprocess.PIPE, text=True, env=env)
+    uts = ["--uts"] if hostname is not None else []
+    return subprocess.Popen(["unshare", "--pid", *uts, "--fork", "--kill-child", "--mount-proc", "sh", "-c", command], stdout=subprocess.PIPE, text=True, env=env)
 
 
-def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_directory(tmpfs_factory, disk_dir):
+@pytest.mark.parametrize("hostname", [None, "ctr-a1b2c3"])
+def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_directory(tmpfs_factory, disk_dir, hostname):
     """Two containers binding the host's /dev/shm (or the host and one container) on one node: each
-    sees none of the other's PIDs, under the same host name. A run starting beside a live one in
-    another namespace removed its tier directory as a killed run's (its PID not found), and took
-    over its work directory's lock. Now both are judged by the lock the live run holds: kept while
-    it lives, removed and taken over once it is killed."""
+    sees none of the other's PIDs, under the same host name or each under its own. A run starting
+    beside a live one in another namespace removed its tier directory as a killed run's (its PID
+    not found), and took over its work directory's lock; under a host name of its own, a killed
+    run's tier directory stayed for good (RAM of the node) and its work directory was refused for
+    five minutes (the fourteenth adversarial pass). Now both are judged by the lock the live run
+    holds, on this machine's own filesystems: kept while it lives, removed and taken over once it
+    is killed."""
     from sea.config import SeaConfig
     from sea.lock import RunLock, SeaRunLocked
     from sea.tiers import StorageHierarchy
 
     tier, home = tmpfs_factory("64m"), disk_dir / "work"
-    other = in_other_pid_namespace(IN_NAMESPACE, str(tier), str(home))
+    other = in_other_pid_namespace(IN_NAMESPACE, str(tier), str(home), hostname=hostname)
     try:
         pid, workdir = other.stdout.readline().split()
         assert not psutil.pid_exists(int(pid)), "the namespace's PID names a process here: the test shows nothing"
@@ -166,7 +175,9 @@ def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_di
         psutil.wait_procs(inside, timeout=30)
     again = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(tier)}]}), disk_dir / "again")
     assert not Path(workdir).exists(), "a killed run's tier directory is still there"
-    RunLock.acquire(home).release()  # taken over at once: its flock went with it
+    taken = RunLock.acquire(home)  # taken over at once: its flock went with it
+    assert taken.killed_run_started is not None, "taken over without a word (PID 1 in each container, say)"
+    taken.release()
     for hierarchy in (mine, again):
         for t in hierarchy.fast_tiers:
             t.private.remove_all()
@@ -194,6 +205,58 @@ def test_a_lock_someone_else_holds_on_a_dead_container_runs_lock_file_does_not_k
         RunLock.acquire(home).release()  # no heartbeat for longer than a run's: taken over
     finally:
         os.close(reader)
+
+
+def test_a_run_whose_lock_another_user_held_first_is_not_taken_for_dead(disk_dir):
+    """The fourteenth adversarial pass: another user who may read the lock file holds its flock a
+    moment as a run creates it, so that the run goes on without one; a run in another PID
+    namespace then took that live run's silence for death. A run records whether it holds its
+    lock: one that does not is judged by its heartbeat."""
+    import fcntl
+
+    from sea.lock import LOCK, RunLock, SeaRunLocked
+
+    home = disk_dir / "work"
+    (home / LOCK).parent.mkdir(parents=True)
+    real_flock = fcntl.flock
+
+    def taken_first(fd, operation):  # the other user's moment, as the run asks
+        if operation == fcntl.LOCK_EX | fcntl.LOCK_NB:
+            raise BlockingIOError(11, "held by another user")
+        return real_flock(fd, operation)
+
+    fcntl.flock = taken_first
+    try:
+        live = RunLock.acquire(home)
+    finally:
+        fcntl.flock = real_flock
+    try:
+        record = json.loads((home / LOCK).read_text())
+        (home / LOCK).write_text(json.dumps({**record, "pidns": "pid:[1]"}))  # as a container sees it: its PID says nothing
+        with pytest.raises(SeaRunLocked, match="another Sea run is using"):
+            RunLock.acquire(home)
+        assert record.get("flock") is False
+    finally:
+        live.release()
+
+
+def test_a_killed_container_runs_lock_with_this_processs_pid_is_taken_over_as_a_killed_runs(disk_dir):
+    """A container's first process is PID 1 in every container: the lock of a killed run there,
+    taken over by the next container's PID 1, was taken for this process's own, without a word
+    and without what follows a killed run (Pydra's empty lock files it left, removed)."""
+    import socket
+
+    from sea.lock import LOCK, RunLock
+
+    home = disk_dir / "work"
+    (home / LOCK).parent.mkdir(parents=True)
+    killed = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": "pid:[1]", "started": 1234.5, "created": 0.0, "flock": True}
+    (home / LOCK).write_text(json.dumps(killed))
+    taken = RunLock.acquire(home)
+    try:
+        assert taken.killed_run_started == 1234.5
+    finally:
+        taken.release()
 
 
 # --------------------------------------------------------------------------------- docs/containers.md with a real Podman
