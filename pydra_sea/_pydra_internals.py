@@ -37,6 +37,8 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   left out of that look (:func:`skip_status_of`);
 - ``pydra.engine.state.map_splits`` (a module global ``State.prepare_states_val`` calls): replaced,
   while a run lives, by one that flattens each split input once (:func:`split_in_linear_time`);
+- ``Submitter.fetch_finished(futures) -> (pending, done)``, each turn's wait for a job's end:
+  replaced, while a run lives, by one that pays each future's callback once (:func:`fetch_finished_by_event`);
 - ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
   job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
   set as ``Submitter.__call__`` sets it).
@@ -339,19 +341,22 @@ def _update_status_skipping_held(self) -> None:
     held = _held
     if not held or not self.started:
         return _update_status(self)
-    queued = {i: job for i, job in self.queued.items() if id(job) in held}
-    running = {i: entry for i, entry in self.running.items() if id(entry[0]) in held}
-    if len(queued) == len(self.queued) and len(running) == len(self.running):
+    queued = {i: job for i, job in self.queued.items() if id(job) not in held}
+    running = {i: entry for i, entry in self.running.items() if id(entry[0]) not in held}
+    if not queued and not running:
         return None  # all still with the worker: nothing to look at
-    for i in queued:
-        del self.queued[i]
-    for i in running:
-        del self.running[i]
+    # Pydra looks at those only (a node's whole queue set aside, not taken apart and put back)
+    all_queued, all_running, looked = self.queued, self.running, (set(queued), set(running))
+    self.queued, self.running = queued, running
     try:
         return _update_status(self)
     finally:
-        self.queued.update(queued)
-        self.running.update(running)
+        for i in looked[0].difference(queued):  # done, errored or started: out of the queue
+            del all_queued[i]
+        for i in looked[1].difference(running):  # done or errored
+            del all_running[i]
+        all_running.update(running)  # and those that started are running
+        self.queued, self.running = all_queued, all_running
 
 
 _map_splits: ty.Callable | None = None  # Pydra's own pydra.engine.state.map_splits
@@ -387,6 +392,61 @@ def _map_splits_flattening_once(split_iter, inputs, container_ndim=None):
                 flat[k] = list(flatten(ensure_list(inputs[k]), max_depth=container_ndim.get(k, None)))
             values[k] = flat[k][v]
         yield values
+
+
+_fetch_finished: ty.Callable | None = None  # Pydra's own Submitter.fetch_finished
+_watched: set = set()  # futures a done callback is attached to (fetch_finished_by_event)
+_ended: set = set()  # those of them that ended and no turn has taken yet
+_wakers: list = []  # turns waiting for one to end
+
+
+def fetch_finished_by_event(on: bool) -> None:
+    """Each turn of Pydra's loop waits for a job's end with ``asyncio.wait(every pending future,
+    FIRST_COMPLETED)`` (``Submitter.fetch_finished``), which adds and then removes a callback on
+    every pending future: a fan-out's turn costs its pending jobs (45 ms a turn at 20,000 on our CI
+    machine), and a big graph's loop turns thousands of times. While ``on``, a future gets one
+    callback when a turn first sees it, and a turn takes the futures that ended since: the same
+    (pending, done) as Pydra's, each future's callback paid once. A fix that belongs in Pydra;
+    ``False`` puts Pydra's own back."""
+    global _fetch_finished
+    from pydra.engine.submitter import Submitter
+
+    if on and _fetch_finished is None:
+        _fetch_finished, Submitter.fetch_finished = Submitter.fetch_finished, _fetch_finished_by_event
+    elif not on and _fetch_finished is not None:
+        Submitter.fetch_finished, _fetch_finished = _fetch_finished, None
+        _watched.clear()
+        _ended.clear()
+
+
+def _future_ended(future) -> None:
+    _ended.add(future)
+    while _wakers:
+        waker = _wakers.pop()
+        if not waker.done():
+            waker.set_result(None)
+
+
+async def _fetch_finished_by_event(self, futures: set) -> tuple[set, set]:
+    """``Submitter.fetch_finished`` (:func:`fetch_finished_by_event`): (still pending, ended), once
+    one of ``futures`` ended; nothing pending, nothing ended, for none (Pydra's ``ValueError``)."""
+    import asyncio
+
+    if not futures:
+        return set(), set()
+    for future in futures - _watched:
+        _watched.add(future)
+        if future.done():
+            _ended.add(future)
+        else:
+            future.add_done_callback(_future_ended)
+    while not (done := {f for f in _ended if f in futures}):
+        waker = asyncio.get_running_loop().create_future()
+        _wakers.append(waker)
+        await waker
+    _ended.difference_update(done)
+    _watched.difference_update(done)
+    return futures - done, done
 
 
 def look_in_home(job, home: Path, tier: Path) -> None:

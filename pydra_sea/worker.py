@@ -162,6 +162,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result
             px_.skip_status_of(self._with_us)  # Pydra's loop looks on disk only at jobs returned
             px_.split_in_linear_time(True)  # Pydra flattens a split's whole input once per job
+            px_.fetch_finished_by_event(True)  # a turn of Pydra's loop waits on every pending job
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
@@ -174,6 +175,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 px_.find_results_on_tiers(None)
                 px_.skip_status_of(None)
                 px_.split_in_linear_time(False)
+                px_.fetch_finished_by_event(False)
                 self._watch.stop()
                 self._interrupt.restore()
                 raise
@@ -215,6 +217,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         px_.find_results_on_tiers(None)
         px_.skip_status_of(None)
         px_.split_in_linear_time(False)
+        px_.fetch_finished_by_event(False)
         self._registered.clear()
         self._persisted.clear()
         self._claimed.clear()

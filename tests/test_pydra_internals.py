@@ -356,3 +356,41 @@ def test_a_split_made_in_linear_time_has_pydras_own_states(splitter, inputs, con
     assert pydras_flattens == sum(len(s) for s in pydras), "Pydra's map_splits no longer flattens an input per state: is the workaround still needed?"
     assert our_flattens == len(pydras[0])
     assert state.map_splits.__module__ == "pydra.engine.state", "Pydra's own is not back"
+
+
+def test_a_turn_waiting_by_event_takes_what_pydras_wait_takes():
+    """``fetch_finished_by_event`` replaces ``Submitter.fetch_finished`` (each turn's
+    ``asyncio.wait`` on every pending future): for nothing pending, for futures some of which
+    ended, and for futures none of which ended yet, it returns what Pydra's returns, and Pydra's
+    own is back after."""
+    import asyncio
+
+    pydras = Submitter.fetch_finished
+
+    async def turns(fetch) -> list:
+        loop = asyncio.get_running_loop()
+        seen = [await fetch(None, set())]
+        futures = [loop.create_future() for _ in range(4)]
+        futures[1].set_result(1)
+        futures[3].set_exception(ValueError("a job's error is the caller's to take"))
+        await asyncio.sleep(0)
+        pending, done = await fetch(None, set(futures))
+        seen.append((sorted(map(futures.index, pending)), sorted(map(futures.index, done))))
+        loop.call_later(0.05, futures[2].set_result, 2)
+        pending, done = await fetch(None, pending)
+        seen.append((sorted(map(futures.index, pending)), sorted(map(futures.index, done))))
+        futures[0].cancel()
+        pending, done = await fetch(None, pending)
+        seen.append((sorted(map(futures.index, pending)), sorted(map(futures.index, done))))
+        futures[3].exception()
+        return seen
+
+    theirs = asyncio.run(turns(pydras))
+    px_.fetch_finished_by_event(True)
+    try:
+        assert Submitter.fetch_finished is not pydras
+        ours = asyncio.run(turns(Submitter.fetch_finished))
+    finally:
+        px_.fetch_finished_by_event(False)
+    assert ours == theirs == [(set(), set()), ([0, 2], [1, 3]), ([0], [2]), ([], [0])]
+    assert Submitter.fetch_finished is pydras and not px_._watched and not px_._ended

@@ -92,8 +92,8 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir,
 
 def test_a_run_makes_a_split_nodes_jobs_flattening_its_input_once(tmp_path, shm_dir, monkeypatch):
     """Pydra flattens a split node's whole input once per job it makes (N^2: 264 s at 20,000);
-    while a run lives, its jobs are made by ``_pydra_internals.split_in_linear_time``'s, and
-    Pydra's own is back after it."""
+    while a run lives, its jobs are made by ``_pydra_internals.split_in_linear_time``'s, each turn
+    of its loop waits through ``fetch_finished_by_event``, and Pydra's own are back after it."""
     from pydra.engine import state
 
     from benchmarks.scaling import pydra_fan
@@ -101,12 +101,16 @@ def test_a_run_makes_a_split_nodes_jobs_flattening_its_input_once(tmp_path, shm_
 
     ours, made = px_._map_splits_flattening_once, []
     monkeypatch.setattr(px_, "_map_splits_flattening_once", lambda *a, **k: made.extend(ours(*a, **k)) or iter(made))
-    pydras = state.map_splits
+    pydras, pydras_wait, turns = state.map_splits, Submitter.fetch_finished, []
+    our_wait = px_._fetch_finished_by_event
+    monkeypatch.setattr(px_, "_fetch_finished_by_event", lambda self, futures: turns.append(len(futures)) or our_wait(self, futures))
     with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
         result = sub(pydra_fan(30))
     assert not result.errored and result.outputs.total == 30 * 29
     assert made == [{"double.i": i} for i in range(30)]
     assert state.map_splits is pydras
+    assert turns and max(turns) >= 30, "the loop's turns did not wait through fetch_finished_by_event"
+    assert Submitter.fetch_finished is pydras_wait and not px_._watched
 
 
 def test_a_pickled_worker_carries_none_of_what_its_process_holds():
