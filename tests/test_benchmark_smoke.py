@@ -145,6 +145,7 @@ def test_many_files_benchmark_smoke_runs_with_its_target(tmp_path):
     assert "10x fewer files" not in text, "the files are the outputs: that target does not apply"
 
 
+@pytest.mark.slow  # 48 s by default on a slow day; its table's making is tested on made-up records below
 def test_scaling_benchmark_smoke_times_every_plugin(tmp_path):
     """benchmarks.scaling (issue 19's fan-out/fan-in of N trivial nodes) at its smoke size: every
     plugin runs at both N and the table gives seconds, ms per node and the ratio between sizes."""
