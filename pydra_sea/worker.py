@@ -159,10 +159,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 )  # fmt: skip
             self.engine = SeaEngine(self.sea, Path(job.cache_root), log=logger, on_event=self._on_flush, relocate=px_.relocate_result, machine=self._machine)
             self._ran = []
-            px_.find_results_on_tiers(self._result_dir)  # a job with a placed job's checksum waits for its result
-            px_.skip_status_of(self._with_us)  # Pydra's loop looks on disk only at jobs returned
-            px_.split_in_linear_time(True)  # Pydra flattens a split's whole input once per job
-            px_.fetch_finished_by_event(True)  # a turn of Pydra's loop waits on every pending job
+            self._workarounds(True)
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
@@ -172,10 +169,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()
                 self.engine = None
-                px_.find_results_on_tiers(None)
-                px_.skip_status_of(None)
-                px_.split_in_linear_time(False)
-                px_.fetch_finished_by_event(False)
+                self._workarounds(False)
                 self._watch.stop()
                 self._interrupt.restore()
                 raise
@@ -210,14 +204,18 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
                 finally:
                     self._interrupt.restore()
 
+    def _workarounds(self, on: bool) -> None:
+        """What of Pydra's loop this run changes while it lives (``_pydra_internals``), or puts back."""
+        px_.find_results_on_tiers(self._result_dir if on else None)  # a job with a placed job's checksum waits for its result
+        px_.skip_status_of(self._with_us if on else None)  # Pydra's loop looks on disk only at jobs returned
+        px_.split_in_linear_time(on)  # Pydra flattens a split's whole input once per job
+        px_.fetch_finished_by_event(on)  # a turn of Pydra's loop waits on every pending job
+
     def _forget_run(self) -> tuple[SeaEngine, bool]:
         """End the run's state; the engine to close, and whether a stop signal came."""
         self._interrupt.quiet()  # a second Ctrl-C must not cut the final flushes short
         engine, self.engine = self.engine, None
-        px_.find_results_on_tiers(None)
-        px_.skip_status_of(None)
-        px_.split_in_linear_time(False)
-        px_.fetch_finished_by_event(False)
+        self._workarounds(False)
         self._registered.clear()
         self._persisted.clear()
         self._claimed.clear()
