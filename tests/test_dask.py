@@ -31,22 +31,36 @@ def seadask(address: str, **dask) -> dict:
     return {"dask": {"address": address, **dask}, "sea": SEA}
 
 
-def test_incrementation_matches_multiproc_and_stays_local(cluster, disk_dir, caplog, monkeypatch):
+CHUNKS, CHUNK_MIB, ITERATIONS = 6, 2.0, 6  # the incrementation every test here runs: 48 nodes
+
+
+@pytest.fixture(scope="module")
+def multiproc_outputs(tmp_path_factory) -> dict[str, bytes]:
+    """MultiProc's outputs of the incrementation (its data is made the same in every directory),
+    run once for the tests of this module that compare with them."""
+    reference = tmp_path_factory.mktemp("multiproc")
+    run(build_workflow(*incrementation_data(reference), ITERATIONS, reference / "work", reference / "out"), "MultiProc")
+    return tree_files(reference / "out")
+
+
+def incrementation_data(root: Path) -> tuple[Path, int]:
+    return root / "data", len(make_chunks(root / "data", CHUNKS, CHUNK_MIB))
+
+
+def test_incrementation_matches_multiproc_and_stays_local(shared_cluster, multiproc_outputs, disk_dir, caplog, monkeypatch):
     """The driver shows the run's progress: nodes done of the total, and the running ones by worker."""
     import sea.progress
 
     monkeypatch.setattr(sea.progress, "EVERY", 0.1)
-    address, tiers, client = cluster
-    chunks = make_chunks(disk_dir / "data", 6, 1.0)
-    run(build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
-    wf = build_workflow(disk_dir / "data", len(chunks), 4, disk_dir / "work", disk_dir / "out")
+    address, tiers, client = shared_cluster
+    wf = build_workflow(*incrementation_data(disk_dir), ITERATIONS, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     with caplog.at_level("INFO", logger="sea"):
         wf.run(plugin="SeaDask", plugin_args={**seadask(address), "sea": {**SEA, "progress": "lines"}})
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[Sea] progress: ")]
-    assert progress and all(re.search(r" \d+/36 nodes · ", line) for line in progress), progress
+    assert progress and all(re.search(r" \d+/48 nodes · ", line) for line in progress), progress
     assert any(re.search(r"running: \S+@\w+", line) for line in progress), progress
-    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    assert tree_files(disk_dir / "out") == multiproc_outputs
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     assert report.success and len(report.workers) == 3, report.to_text()
     assert all(w.nodes_run > 0 for w in report.workers), report.to_text()
@@ -73,12 +87,12 @@ def _study_matches_multiproc(disk_dir: Path, n_subjects: int, mib: float, plugin
     return report
 
 
-def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(cluster, disk_dir):
+def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(shared_cluster, disk_dir):
     """The grabbers hand each subject's image to its first step, which waits in a worker's queue:
     that worker copies it to its own tier ahead, and the step reads the copy."""
     from nipype.pipeline.engine.utils import loadpkl
 
-    address, tiers, client = cluster
+    address, tiers, client = shared_cluster
     report = _study_matches_multiproc(disk_dir, 6, 1, {**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
     assert report.success and report.prefetch_files == 6, report.to_text()  # each subject's image, found through its grabber
     assert report.prefetch_hits + report.prefetch_misses == 6 and report.prefetch_hits >= 3, report.to_text()
@@ -90,8 +104,8 @@ def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(clu
     assert sea_private_dirs(*tiers.values()) == [], "a copy was left on a tier"
 
 
-def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(cluster, disk_dir):
-    address, tiers, client = cluster
+def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(shared_cluster, disk_dir):
+    address, tiers, client = shared_cluster
     # no work stealing (tests/test_locality.py has it): here the join is the one node away from its inputs
     report = _study_matches_multiproc(disk_dir, 8, 0.5, seadask(address, busy_threshold=100))
     assert report.success and report.nodes_run == 8 * 5 + 2
@@ -109,7 +123,7 @@ def nodes_run_here(dask_worker=None) -> int:
     return engine.report.nodes_run if engine is not None else 0
 
 
-def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
+def test_a_worker_killed_mid_run_loses_nothing(cluster, multiproc_outputs, disk_dir):
     """SIGKILL one worker process once it ran a few nodes (its nanny starts a new one, with empty
     tiers): the nodes it was running start again elsewhere, the finished nodes whose data only it
     held and that someone still needs run again (counted), the outputs are MultiProc's."""
@@ -118,8 +132,6 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
     import time
 
     address, tiers, client = cluster
-    chunks = make_chunks(disk_dir / "data", 6, 2.0)
-    run(build_workflow(disk_dir / "data", len(chunks), 6, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
     victim = next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == "w1")
     pid = client.run(os.getpid, workers=[victim])[victim]
     killed = threading.Event()
@@ -138,12 +150,12 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
 
     killer = threading.Thread(target=kill_when_busy)
     killer.start()
-    wf = build_workflow(disk_dir / "data", len(chunks), 6, disk_dir / "work", disk_dir / "out")
+    wf = build_workflow(*incrementation_data(disk_dir), ITERATIONS, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     wf.run(plugin="SeaDask", plugin_args=seadask(address))
     killer.join()
     assert killed.is_set(), "the run ended before the worker could be killed"
-    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    assert tree_files(disk_dir / "out") == multiproc_outputs
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     print(report.to_text())
     assert report.success and report.nodes_recomputed >= 1, report.to_text()
@@ -154,7 +166,7 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, disk_dir):
 # SIGTERM (what SLURM sends) by default; SIGINT takes the same path here (tests/test_interrupt.py has both
 # signals through MultiProc-like runs) and runs with --run-slow
 @pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluster, disk_dir, signum):
+def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluster, multiproc_outputs, disk_dir, signum):
     """Ctrl-C or SLURM's SIGTERM to the driver (the workers are other jobs, and live on): it exits
     within seconds, nothing is left half-copied in the home, every worker's journal records the
     stop, the live workers' tiers are empty, and the same command run again gives MultiProc's outputs."""
@@ -168,10 +180,8 @@ def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluste
     root = disk_dir / "stopped"
     root.mkdir()
     (root / "sea.yml").write_text("tiers:\n  - path: ${SEA_TEST_TIER}\ndefault_node_size: 1MiB\n")
-    command = [sys.executable, "-m", "example_workflows.incrementation", "--root", str(root), "--chunks", "6", "--chunk-mib", "2",
-               "--iterations", "6", "--plugin", "SeaDask", "--dask-address", address, "--sea", str(root / "sea.yml")]  # fmt: skip
-    reference = disk_dir / "ref"
-    run(build_workflow(*_ref_data(reference), 6, reference / "work", reference / "out"), "MultiProc")
+    command = [sys.executable, "-m", "example_workflows.incrementation", "--root", str(root), "--chunks", str(CHUNKS), "--chunk-mib", str(CHUNK_MIB),
+               "--iterations", str(ITERATIONS), "--plugin", "SeaDask", "--dask-address", address, "--sea", str(root / "sea.yml")]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
 
     def done() -> int:
@@ -203,10 +213,5 @@ def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluste
 
     rerun = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
-    assert tree_files(root / "out") == tree_files(reference / "out")
+    assert tree_files(root / "out") == multiproc_outputs
     print(f"\nSeaDask {signal.Signals(signum).name}: stopped in {took:.2f} s, {report.files_flushed} files committed before stopping")
-
-
-def _ref_data(reference: Path) -> tuple[Path, int]:
-    chunks = make_chunks(reference / "data", 6, 2.0)
-    return reference / "data", len(chunks)

@@ -33,6 +33,7 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # a benchmark (25 s); SeaDask's runs and cleaning up are tested in test_dask and test_registration
 def test_dask_benchmark_smoke_runs_both_configurations_and_cleans_up(tmp_path):
     command = [sys.executable, "-m", "benchmarks.dask_bench", "--size", "smoke", "--reps", "1", "--out", str(tmp_path)]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -4,7 +4,7 @@ command completes with byte-identical outputs, re-executing only what it must: n
 count is what MultiProc (cf) would run again after a kill at the same point, the nodes not finished
 then (every finished node's directory is in its cache; tests/test_reruns.py measures that for real).
 
-CI runs a few points per adapter; ``pytest --run-slow -k kill_matrix`` runs the full 20.
+CI runs one point per adapter; ``pytest --run-slow -k kill_matrix`` runs the full 20.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sea.report import RunReport
 from example_runs import ROOT, Pipeline, adapters, wait_for_run_start
 
 SEED = 20261123
-CI_POINTS = 2  # the full matrix (test_kill_matrix_full, --run-slow) spreads its kills over every phase
+CI_POINTS = 1  # (kills at chosen points: test_reruns, test_resume_after_kill, test_interrupt); the full matrix (test_kill_matrix_full, --run-slow) spreads its kills over every phase
 
 
 def phase(events: dict[str, int], total: int) -> str:

@@ -46,12 +46,12 @@ def _assert_same(ours, theirs, home) -> None:
         assert filecmp.cmp(mine, ref, shallow=False), f"{mine} differs from cf's {ref}"
 
 
-def test_each_subject_runs_whole_on_one_worker_and_matches_cf(cluster, tmp_path, caplog, monkeypatch):
+def test_each_subject_runs_whole_on_one_worker_and_matches_cf(shared_cluster, tmp_path, caplog, monkeypatch):
     """... and the client shows the run's progress: jobs done, those on a worker (a total that grows)."""
     import sea.progress
 
     monkeypatch.setattr(sea.progress, "EVERY", 0.1)
-    address, tiers, client = cluster
+    address, tiers, client = shared_cluster
     images = make_images(tmp_path / "data", 6, seed=71)
     theirs = _reference(tmp_path, images)
     home = tmp_path / "home"
@@ -131,8 +131,8 @@ def test_bad_dask_options_fail_in_the_submitter(tmp_path, dask, says):
     assert "\n" not in str(error.value)
 
 
-def test_a_tier_missing_on_the_workers_fails_before_any_job(cluster, tmp_path):
-    address, tiers, client = cluster
+def test_a_tier_missing_on_the_workers_fails_before_any_job(shared_cluster, tmp_path):
+    address, tiers, client = shared_cluster
     images = make_images(tmp_path / "data", 2, seed=73)
     home = tmp_path / "home"
     sea = {"tiers": [{"path": "${SEA_TEST_TIER}/missing"}]}

@@ -170,6 +170,9 @@ def test_seadask_by_name_from_a_use_plugin_yaml_on_a_local_cluster(disk_dir, shm
     assert not list(shm_dir.glob("sea-*")), "a worker left its tier directory"
 
 
+# a release check (51 s on a slow day: two isolated builds and a venv); README command 2's own
+# `pip install .` installs a wheel built from the tree, through which every test finds both plugin names
+@pytest.mark.slow
 def test_a_wheel_built_from_the_sdist_registers_both_plugin_names(tmp_path):
     """What pip and tox do with a release: build the sdist, then the wheel from it (``python -m
     build``), install the wheel; both ``plugin="SeaMultiProc"`` (the .pth at the top of

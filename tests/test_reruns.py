@@ -76,7 +76,11 @@ def states(tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
+# by default the changes a user makes most (none, a step's parameter, an input); with --run-slow every one
+SLOW_SCENARIOS = ("last step changed", "a subject added")
+
+
+@pytest.mark.parametrize("scenario", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SCENARIOS else s for s in SCENARIOS])
 def test_rerun_executes_what_multiproc_executes(states, scenario):
     base, tier, saved = states
     theirs, expected = rerun(base / "runs" / "MultiProc", saved["MultiProc"], scenario, "MultiProc", None, tier)
@@ -202,7 +206,7 @@ def sea_ready(root: Path, mode: str, names: list[str]) -> bool:
     return True
 
 
-@pytest.mark.parametrize("point", ["late", "early"])
+@pytest.mark.parametrize("point", ["late", pytest.param("early", marks=pytest.mark.slow)])  # early: --run-slow
 def test_a_killed_run_resumes_from_its_checkpoints(states, point):
     """SIGKILL (a SLURM wall time) at the same point of MultiProc's run and of Sea's, then the same
     command again: 'late' holds the last step until everything else finished, 'early' kills once the
