@@ -132,7 +132,7 @@ def test_node_result_works_for_every_node_after_run_and_after_a_rerun(disk_dir, 
     assert files_under(disk_dir / "work") <= 30, sorted(str(p) for p in (disk_dir / "work").rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize("setting", ["remove_unnecessary_outputs", "keep_inputs"])
+@pytest.mark.parametrize("setting", ["remove_unnecessary_outputs", pytest.param("keep_inputs", marks=pytest.mark.slow)])  # the same path: --run-slow
 def test_nipype_keep_settings_keep_every_directory_as_multiproc_does(setting, disk_dir, shm_dir, caplog):
     """``remove_unnecessary_outputs = false`` (or ``keep_inputs = true``) tells Nipype to keep what
     its nodes made: Sea keeps every node directory in the home, as MultiProc does, and says so once."""

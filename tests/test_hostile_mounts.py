@@ -85,7 +85,7 @@ def write_number(x: int, dest: str) -> str:
     return dest
 
 
-@pytest.mark.parametrize("how", ["emptied", "lazily unmounted"])
+@pytest.mark.parametrize("how", ["emptied", pytest.param("lazily unmounted", marks=pytest.mark.slow)])  # lazily unmounted: --run-slow
 def test_a_tier_lost_mid_run_ends_it_in_one_line_and_the_same_command_resumes(disk_dir, how):
     """Another job's cleanup empties the tier, or an admin unmounts it (``umount -l``) while nodes
     run: the run ends in one line saying so, nothing committed home is lost, and the same command

@@ -99,13 +99,18 @@ def _appends(x, data, before, after, target):
 B_FIRST, C_HOME_FIRST = (0, 2), (2, 0)  # b appends first and ends last; c's bytes are home before b first writes
 
 
+# by default one case of each kind (the order of the ends, a separator, a binary file a directory down);
+# the others with --run-slow
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     ("target", "b_times", "init", "b_data", "c_data", "expected"),
     [
         ("../log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
-        ("../log.txt", C_HOME_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
-        ("../logs/log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n"),
-        ("../log.txt", B_FIRST, b"line before\n", b"done\n", b"done\n", b"line before\ndone\ndone\n"),
+        pytest.param("../log.txt", C_HOME_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n", marks=SLOW),
+        pytest.param("../logs/log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n", b"line before\nline from c\nline from b\n", marks=SLOW),
+        pytest.param("../log.txt", B_FIRST, b"line before\n", b"done\n", b"done\n", b"line before\ndone\ndone\n", marks=SLOW),
         ("../log.txt", B_FIRST, b"header\nrow0", b"\nrow-b", b"\nrow-c", b"header\nrow0\nrow-c\nrow-b"),
         ("../logs/data.bin", B_FIRST, b"AB\nCD", b"EF", b"GH", b"AB\nCDGHEF"),
     ],

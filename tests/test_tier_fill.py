@@ -185,7 +185,8 @@ NIPYPE_TRIGGERS = {"first-node": "sea-*/study/*/select", "slow-node": "sea-*/stu
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("when", list(NIPYPE_TRIGGERS))
+# by default the tier fills as the first node starts; while a slow node writes, with --run-slow
+@pytest.mark.parametrize("when", [pytest.param(w, marks=pytest.mark.slow) if w == "slow-node" else w for w in NIPYPE_TRIGGERS])
 def test_nipype_a_tier_another_process_fills_during_the_run(when, nipype_reference, disk_dir, tmpfs_factory, shm_dir):
     from nipype_workflows import run
 
@@ -317,7 +318,7 @@ PYDRA_TRIGGERS = {"first-node": "sea-*/python-*", "slow-node": "sea-*/python-*/s
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("when", list(PYDRA_TRIGGERS))
+@pytest.mark.parametrize("when", [pytest.param(w, marks=pytest.mark.slow) if w == "slow-node" else w for w in PYDRA_TRIGGERS])
 def test_pydra_a_tier_another_process_fills_during_the_run(when, pydra_reference, tmp_path, tmpfs_factory, shm_dir):
     from pydra.engine.submitter import Submitter
 
