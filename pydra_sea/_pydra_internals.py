@@ -229,16 +229,36 @@ def remove_stray_side_files(root: Path) -> None:
             Path(entry.path).unlink(missing_ok=True)
 
 
+# filelock writes its holder's PID in a SoftFileLock from 3.22 (sea-workflows requires it); before, a
+# held lock is an empty file, as a killed holder's is
+FILELOCK_NAMES_HOLDER = (3, 22)
+
+
+def filelock_version() -> tuple[int, ...]:
+    from importlib.metadata import version
+
+    return tuple(int(part) for part in re.findall(r"\d+", version("filelock"))[:2])
+
+
 def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Path]:
     """Pydra guards each job's directory with a filelock ``SoftFileLock`` (``<cache_root>/<checksum>.lock``)
     and each file hash it caches too (``PersistentCache``: ``<location>/<key>.lock``). A process killed
     between creating such a marker and writing its owner's PID in it leaves an empty file, which
-    filelock never breaks (a filelock before 3.22 writes nothing while it holds one): every later run
-    that hashes that file or runs that job waits for it forever, under ``cf`` as under Sea. Removes the
-    empty markers there made while a run that was killed lived (from ``since`` until now, this run's
-    start), saying so; returns them."""
+    filelock never breaks: every later run that hashes that file or runs that job waits for it
+    forever, under ``cf`` as under Sea. Removes the empty markers there made while a run that was
+    killed lived (from ``since`` until now, this run's start), saying so; returns them. A filelock
+    before 3.22 (:data:`FILELOCK_NAMES_HOLDER`) leaves the lock a live process holds empty too (a
+    ``cf`` run beside this one, in the same hash cache): then none is removed, and one line says so."""
     from pydra.utils.hash import PersistentCache
 
+    if filelock_version() < FILELOCK_NAMES_HOLDER:
+        log.warning(
+            "[Sea] the run that was killed may have left empty lock files that Pydra waits for forever; filelock %s leaves a live "
+            "process's lock empty too, so Sea removes none: if this run waits, remove the empty *.lock files in %s and %s "
+            "(or install filelock >= 3.22)",
+            ".".join(map(str, filelock_version())), home, PersistentCache.location_default(),
+        )  # fmt: skip
+        return []
     removed, before = [], time.time()
     for root, named in ((Path(home), JOB_SIDE_FILE), (Path(PersistentCache.location_default()), HASH_LOCK)):
         try:

@@ -138,6 +138,36 @@ def test_pydras_side_files_are_known_by_name_and_a_tasks_own_are_left(tmp_path):
     assert sorted(os.listdir(root)) == sorted(theirs)
 
 
+def test_an_empty_lock_is_taken_for_a_killed_runs_only_where_filelock_names_a_live_holder(tmp_path, monkeypatch, caplog):
+    """A live process's lock (a real filelock SoftFileLock, held) names its holder and stays; an
+    empty one made while the killed run lived goes. With a filelock before 3.22, whose held locks
+    are empty too, none goes, and one line says what to remove by hand."""
+    import logging
+    import time
+
+    from filelock import SoftFileLock
+
+    root, since = tmp_path / "cache", time.time() - 1
+    root.mkdir()
+    held = SoftFileLock(root / f"python-{'a' * 32}.lock")
+    held.acquire()
+    try:
+        assert (root / held.lock_file).stat().st_size > 0, "this filelock writes nothing in a lock it holds"
+        empty = root / f"python-{'b' * 32}.lock"
+        empty.touch()
+        log = logging.getLogger("test-locks")
+        monkeypatch.setattr(px_, "filelock_version", lambda: (3, 21))
+        with caplog.at_level("WARNING", logger="test-locks"):
+            assert px_.remove_empty_locks(root, since, log) == [] and empty.exists()
+        (line,) = [r.getMessage() for r in caplog.records]
+        assert "filelock 3.21" in line and str(root) in line and ">= 3.22" in line, line
+        monkeypatch.undo()
+        assert px_.remove_empty_locks(root, since, log) == [empty]
+        assert Path(held.lock_file).exists(), "a live process's lock was removed"
+    finally:
+        held.release()
+
+
 def test_the_mount_table_cache_is_where_we_drop_it():
     from fileformats.core.fs_mount_identifier import FsMountIdentifier
 
