@@ -197,10 +197,26 @@ def assert_refused(message: str, case: Bad, places: Places) -> None:
 
 
 @pytest.mark.parametrize("case", cases_for("cli"))
-def test_bad_input_in_the_cli(places, case):
-    config = places.config_file(case)
+def test_bad_input_in_the_cli(places, case, capsys, caplog):
+    """``sea check`` (its ``main``, in this process: the command itself is run once below). What
+    a process of its own would print of a warning logged meanwhile (Python's last resort handler,
+    to stderr) is counted among the lines."""
+    from sea.cli import main
+
+    with caplog.at_level("WARNING"):
+        code = main(["check", places.config_file(case), "--home", str(places.home)])
+    out, err = capsys.readouterr()
+    err += "".join(f"{record.getMessage()}\n" for record in caplog.records)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("sea: error: "), err
+    assert_refused(err.rstrip("\n"), case, places)
+
+
+def test_the_sea_check_command_refuses_bad_input_in_one_line(places):
+    """The command a user types, in a process of its own (the cases above call its ``main``)."""
+    case = cases_for("cli")[0].values[0]
     result = subprocess.run(
-        [sys.executable, "-m", "sea.cli", "check", config, "--home", str(places.home)], capture_output=True, text=True, errors="replace"
+        [sys.executable, "-m", "sea.cli", "check", places.config_file(case), "--home", str(places.home)], capture_output=True, text=True, errors="replace"
     )
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("sea: error: "), result.stderr
