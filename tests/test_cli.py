@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -17,7 +20,25 @@ DOCS = ROOT / "docs"
 
 
 def sea(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sea.cli", *args], capture_output=True, text=True)
+    """``sea ARGS`` run by its ``main`` in this process (an interpreter's start-up costs more than
+    most commands; tests that need a process of its own start one), as the process it would be:
+    its exit code, what it printed, and on stderr any warning logged meanwhile, as Python prints a
+    warning no handler took."""
+    from sea.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as stop:  # argparse's usage errors
+                code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return subprocess.CompletedProcess(["sea", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_configuration_doc_is_generated_from_the_dataclass():
