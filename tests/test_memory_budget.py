@@ -168,11 +168,11 @@ def test_the_cgroup_limit_is_what_sea_reads():
 @needs_cgroup
 def test_incrementation_completes_in_a_memory_cgroup(shared, tmp_path):
     root, config = shared
-    make_chunks(tmp_path / "data", 8, 64)  # once, on the local disk: both runs read them there
+    make_chunks(tmp_path / "data", 4, 64)  # once, on the local disk: both runs read them there
     for where in (root, tmp_path / "ref"):
         where.mkdir(exist_ok=True)
         (where / "data").symlink_to(tmp_path / "data")
-    incrementation = [sys.executable, "-m", "example_workflows.incrementation", "--chunks", "8", "--chunk-mib", "64", "--iterations", "3"]
+    incrementation = [sys.executable, "-m", "example_workflows.incrementation", "--chunks", "4", "--chunk-mib", "64", "--iterations", "3"]  # 4 chains of 3 steps: two at once do not fit
     reference = subprocess.run([*incrementation, "--root", str(tmp_path / "ref"), "--plugin", "MultiProc"], cwd=REPO, capture_output=True, text=True)
     assert reference.returncode == 0, reference.stderr[-3000:]
 

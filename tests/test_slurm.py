@@ -231,6 +231,9 @@ def started_in(log: Path) -> int:
         return 0
 
 
+# --run-slow (42 s on a slow day): a worker lost mid-run is tested by default on Dask's own cluster
+# (test_dask, test_pydra_dask), through the same code
+@pytest.mark.slow
 @pytest.mark.timeout(300)  # with the session's SLURM start (apt-get install if needed)
 def test_a_worker_job_cancelled_mid_run_loses_nothing(slurm, reference, home, tmp_path):
     """scancel one of the two worker jobs once a few nodes ran (its tier goes with it): the run

@@ -76,11 +76,11 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-# by default (README command 2) three runs of 40 branches (202 nodes): the third must leave what the
+# by default (README command 2) three runs of 20 branches (102 nodes): the third must leave what the
 # second left (the first may start what lives on: logging, Nipype's caches); two runs of 502 nodes took
 # 39 s of the suite on a slow day. The ten 502-node runs are marked slow (pytest --run-slow)
 NIPYPE_RUNS = 3
-NIPYPE_SMOKE_BRANCHES = 40
+NIPYPE_SMOKE_BRANCHES = 20
 
 
 @pytest.mark.timeout(300)
@@ -128,9 +128,9 @@ except ImportError:  # Pydra 1.0 needs Python >= 3.11
 
 PYDRA_VALUES = 125
 PYDRA_RUNS = 2  # the second run must leave what the first left: a leak per run shows
-# by default (README command 2), at smoke size: 161 jobs a run (the per-job work Sea does is the
-# same; 501 jobs took 45-60 s of the suite's 12 minutes); the 501-job runs are the slow test
-PYDRA_SMOKE_VALUES = 40
+# by default (README command 2), at smoke size: 81 jobs a run (the per-job work Sea does is the
+# same; 501 jobs took 45-60 s of the suite's 12 minutes, 161 jobs 35 s); the 501-job runs are the slow test
+PYDRA_SMOKE_VALUES = 20
 
 if python is not None:
 
