@@ -34,7 +34,10 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 - ``NodeExecution.update_status`` (``queued``: state index -> job; ``running``: state index ->
   (job, start time)): Pydra's loop calls it for every node after each job ends, and it asks every
   queued and running job whether it is done, a look on disk each; jobs the worker still runs are
-  left out of that look (:func:`skip_status_of`);
+  left out of that look; ``NodeExecution.get_runnable_tasks`` queues the jobs it makes runnable
+  (``blocked`` -> ``queued``) and returns the whole queue, which ``Submitter.expand_workflow``
+  submits unless submitted (by checksum): while a run lives, it returns those it made runnable in
+  that call (:func:`look_only_at_free_jobs`);
 - ``pydra.engine.state.map_splits`` (a module global ``State.prepare_states_val`` calls): replaced,
   while a run lives, by one that flattens each split input once (:func:`split_in_linear_time`);
 - ``Submitter.fetch_finished(futures) -> (pending, done)``, each turn's wait for a job's end:
@@ -333,49 +336,98 @@ def find_results_on_tiers(locate: ty.Callable[[str], Path | None] | None) -> Non
         job_module.load_result = load_result
 
 
-_held: dict[int, ty.Any] = {}  # id -> a job the worker still runs (skip_status_of)
+# while a run of the sea worker lives (look_only_at_free_jobs): the state indices of each node's jobs
+# that are queued or running and not with the worker, by id(NodeExecution), and where each job
+# queued is, by id(job)
+_free: dict[int, set] = {}
+_queued_at: dict[int, tuple[ty.Any, ty.Any]] = {}
 _update_status: ty.Callable | None = None  # Pydra's own NodeExecution.update_status
+_get_runnable: ty.Callable | None = None  # Pydra's own NodeExecution.get_runnable_tasks
 
 
-def skip_status_of(held: dict[int, ty.Any] | None) -> None:
-    """Pydra's loop asks, after each job ends, every queued or running job of every node whether it
-    is done (``NodeExecution.update_status``: ``Job.done`` loads its result from disk, each of its
-    caches in turn, ``Job.run_start_time`` stats its lock): a turn's cost grows with the jobs
-    queued, which is every job of a fan-out, and the loop falls behind the processes past a few
-    thousand jobs (cf's too). A job in ``held`` (by id: those the worker has not returned yet) is
-    not done: it is left out of that look, and looked at as Pydra does once the worker returned
-    it. ``None``: Pydra's own look for every job. A fix that belongs in Pydra: a turn could look
-    only at the jobs whose futures ended."""
-    global _held, _update_status
+def look_only_at_free_jobs(on: bool) -> None:
+    """Each turn, Pydra's loop asks every queued or running job of every node whether it is done
+    (``NodeExecution.update_status``: ``Job.done`` loads its result from disk, each of its caches
+    in turn; ``Job.run_start_time`` stats its lock), and every node hands the loop its whole queue
+    again (``NodeExecution.get_runnable_tasks`` returns ``list(self.queued.values())``), which the
+    loop walks to find the jobs not yet submitted: a turn's cost grows with the jobs queued, which
+    is every job of a fan-out (cf's too). While ``on``:
+
+    - a node's status looks only at its jobs the worker does not hold (:func:`job_taken`,
+      :func:`job_returned`): one the worker still runs is not done; the others as Pydra does;
+    - a node hands the loop only the jobs it made runnable in this call, which the loop submits in
+      the same turn (Pydra's own, the whole queue, when the Submitter caps the jobs at once,
+      ``max_concurrent``, or cleans stale locks: then a job left out of a turn comes back).
+
+    Fixes that belong in Pydra; ``False`` puts Pydra's own back."""
+    global _update_status, _get_runnable
     from pydra.engine.submitter import NodeExecution
 
-    _held = held if held is not None else {}
-    if _update_status is None:
-        _update_status = NodeExecution.update_status
-        NodeExecution.update_status = _update_status_skipping_held
+    if on and _update_status is None:
+        _update_status, NodeExecution.update_status = NodeExecution.update_status, _update_status_of_free_jobs
+        _get_runnable, NodeExecution.get_runnable_tasks = NodeExecution.get_runnable_tasks, _runnable_tasks_made_now
+    elif not on and _update_status is not None:
+        NodeExecution.update_status, _update_status = _update_status, None
+        NodeExecution.get_runnable_tasks, _get_runnable = _get_runnable, None
+        _free.clear()
+        _queued_at.clear()
 
 
-def _update_status_skipping_held(self) -> None:
-    """``NodeExecution.update_status`` while :func:`skip_status_of` holds jobs (a module-level
+def job_taken(job) -> None:
+    """The worker runs ``job`` (SeaWorker.run): its node's status leaves it out until it returns."""
+    if (where := _queued_at.get(id(job))) is not None:
+        _free[id(where[0])].discard(where[1])
+
+
+def job_returned(job) -> None:
+    if (where := _queued_at.get(id(job))) is not None:
+        _free[id(where[0])].add(where[1])
+
+
+def _runnable_tasks_made_now(self, graph) -> list:
+    """``NodeExecution.get_runnable_tasks`` while :func:`look_only_at_free_jobs` is on: Pydra's own
+    with the node's queue set aside, so that what it queues is what it made runnable now."""
+    queued, self.queued = self.queued, {}
+    try:
+        _get_runnable(self, graph)
+    finally:
+        made, self.queued = self.queued, queued
+        queued.update(made)
+    free = _free.setdefault(id(self), set())
+    for index, job in made.items():
+        free.add(index)
+        _queued_at[id(job)] = (self, index)
+    submitter = self.submitter
+    if submitter.max_concurrent != float("inf") or submitter.clean_stale_locks:
+        return list(queued.values())  # Pydra's: a job the loop leaves out of this turn comes back in the next
+    return list(made.values())
+
+
+def _update_status_of_free_jobs(self) -> None:
+    """``NodeExecution.update_status`` while :func:`look_only_at_free_jobs` is on (a module-level
     function: a job pickled for a process refers to it by name, never by value)."""
-    held = _held
-    if not held or not self.started:
+    free = _free.get(id(self))
+    if free is None or not self.started:
         return _update_status(self)
-    queued = {i: job for i, job in self.queued.items() if id(job) not in held}
-    running = {i: entry for i, entry in self.running.items() if id(entry[0]) not in held}
-    if not queued and not running:
-        return None  # all still with the worker: nothing to look at
-    # Pydra looks at those only (a node's whole queue set aside, not taken apart and put back)
-    all_queued, all_running, looked = self.queued, self.running, (set(queued), set(running))
+    if not free:
+        return None  # all with the worker: nothing to look at
+    all_queued, all_running = self.queued, self.running
+    queued = {i: all_queued[i] for i in free if i in all_queued}
+    running = {i: all_running[i] for i in free if i in all_running}
+    looked = {i: job for i, job in queued.items()} | {i: entry[0] for i, entry in running.items()}
+    # Pydra looks at those only (the node's whole queue set aside, not taken apart and put back)
     self.queued, self.running = queued, running
     try:
         return _update_status(self)
     finally:
-        for i in looked[0].difference(queued):  # done, errored or started: out of the queue
-            del all_queued[i]
-        for i in looked[1].difference(running):  # done or errored
-            del all_running[i]
-        all_running.update(running)  # and those that started are running
+        for i, job in looked.items():
+            all_queued.pop(i, None)
+            all_running.pop(i, None)
+            if i not in queued and i not in running:  # done or errored: out of the node's queue
+                free.discard(i)
+                _queued_at.pop(id(job), None)
+        all_queued.update(queued)
+        all_running.update(running)  # with those that started
         self.queued, self.running = all_queued, all_running
 
 

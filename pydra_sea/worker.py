@@ -114,7 +114,6 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     _waiting: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # (key, quiet) -> futures waiting for it to settle (see _settled)
     _loop_of_run: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False, repr=False, eq=False)
     _running: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # key -> (job, root) in a process now
-    _with_us: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)  # id(job) -> a job run() has not returned
     _interrupt: StopSignals = attrs.field(factory=StopSignals, init=False, repr=False, eq=False)
     _machine: str | None = attrs.field(default=None, init=False, repr=False, eq=False)  # on a Dask worker: its name
     _dask_run: ty.Any = attrs.field(default=None, init=False, repr=False, eq=False)  # the client's DaskRun
@@ -207,7 +206,7 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
     def _workarounds(self, on: bool) -> None:
         """What of Pydra's loop this run changes while it lives (``_pydra_internals``), or puts back."""
         px_.find_results_on_tiers(self._result_dir if on else None)  # a job with a placed job's checksum waits for its result
-        px_.skip_status_of(self._with_us if on else None)  # Pydra's loop looks on disk only at jobs returned
+        px_.look_only_at_free_jobs(on)  # Pydra's loop looks at a node's whole queue each turn
         px_.split_in_linear_time(on)  # Pydra flattens a split's whole input once per job
         px_.fetch_finished_by_event(on)  # a turn of Pydra's loop waits on every pending job
 
@@ -269,11 +268,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         return await self._dask_run.run(run_nested_workflow, job, self.sea, rerun, type(self))  # whole, on one worker
 
     async def run(self, job, rerun: bool = False):
-        self._with_us[id(job)] = job
+        px_.job_taken(job)
         try:
             return await self._run(job, rerun)
         finally:
-            self._with_us.pop(id(job), None)
+            px_.job_returned(job)
 
     async def _run(self, job, rerun: bool):
         if self._dask_run is not None:  # a task of the workflow the client expands: in the home

@@ -65,29 +65,42 @@ def test_runs_a_workflow_like_cf(tmp_path, how):
     assert not ours.errored and ours.outputs.out == theirs.outputs.out == 6
 
 
-def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned(tmp_path, shm_dir, monkeypatch):
+def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned_and_is_handed_each_job_once(tmp_path, shm_dir, monkeypatch):
     """Pydra's loop asks every queued job whether it is done (its result loaded from disk) after
-    each job ends: past a few thousand jobs a turn outlasted the processes' work. A job the worker
-    has not returned is not done, and is not looked at (``_pydra_internals.skip_status_of``); the
-    result is cf's."""
+    each job ends, and each node hands it its whole queue again each turn: past a few thousand jobs
+    a turn outlasted the processes' work. A job the worker has not returned is not done, and is not
+    looked at; a node hands the loop each job once, in the turn that made it runnable
+    (``_pydra_internals.look_only_at_free_jobs``); the result is cf's."""
     from pydra.engine.job import Job
+    from pydra.engine.submitter import Submitter as PydraSubmitter
 
     from benchmarks.scaling import pydra_fan  # a task split over 40 values, combined, then a total
     from pydra_sea import _pydra_internals as px_
 
-    looked = {"held": 0, "returned": 0}
-    done = Job.done
+    looked, handed = {"held": 0, "returned": 0}, []
+    done, runnable = Job.done, PydraSubmitter.get_runnable_tasks
+
+    def with_the_worker(job) -> bool:
+        where = px_._queued_at.get(id(job))
+        return where is not None and where[1] not in px_._free[id(where[0])]
 
     def counted(job):
-        looked["held" if id(job) in px_._held else "returned"] += 1
+        looked["held" if with_the_worker(job) else "returned"] += 1
         return done.fget(job)
 
+    def handing(submitter, graph):
+        tasks = runnable(submitter, graph)
+        handed.extend(id(job) for job in tasks)
+        return tasks
+
     monkeypatch.setattr(Job, "done", property(counted))
+    monkeypatch.setattr(PydraSubmitter, "get_runnable_tasks", handing)
     with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
         result = sub(pydra_fan(40))
     assert not result.errored and result.outputs.total == 40 * 39
     assert looked["held"] == 0 and looked["returned"] > 0, looked
-    assert px_._held == {}, "the run's jobs are still held after it"
+    assert len(handed) == len(set(handed)) == 40 + 1, f"{len(handed)} jobs handed to the loop, {len(set(handed))} of them different"  # the split and the total
+    assert px_._free == {} and px_._queued_at == {}, "the run's jobs are still tracked after it"
 
 
 def test_a_run_makes_a_split_nodes_jobs_flattening_its_input_once(tmp_path, shm_dir, monkeypatch):
@@ -120,7 +133,7 @@ def test_a_pickled_worker_carries_none_of_what_its_process_holds():
     import attrs
 
     worker = SeaWorker(n_procs=1, sea={"tiers": [{"path": "/dev/shm"}]})
-    worker._with_us[1] = worker._claimed["x"] = object()
+    worker._held[1] = worker._claimed["x"] = object()
     state = worker.__getstate__()
     owned = [f for f in attrs.fields(SeaWorker) if not f.init and f.name != "pool"]
     assert owned and all(not state[f.name] for f in owned if f.name != "_interrupt"), {f.name: state[f.name] for f in owned}
