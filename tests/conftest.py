@@ -34,10 +34,13 @@ def pytest_configure(config):
         config.issue_config_time_warning(pytest.PytestConfigWarning(problem), stacklevel=2)
 
 
-# the longest modules first (measured: --durations), so that pytest-xdist's workers, taking one
-# module at a time, do not end with one of them running alone
-LONGEST_FIRST = ["test_benchmark_smoke", "test_never_worse", "test_dask", "test_reruns", "test_never_worse_beside", "test_docs",
-                 "test_stress", "test_kill_matrix", "test_hostile_mounts", "test_memory_budget", "test_interrupt", "test_faults"]  # fmt: skip
+# the longest modules first (measured: --durations, summed by module), so that pytest-xdist's workers,
+# taking one module at a time, do not end with one of them running alone
+LONGEST_FIRST = ["test_docs", "test_never_worse", "test_reruns", "test_dask", "test_memory_budget", "test_faults", "test_prefetch",
+                 "test_nipype_e2e", "test_never_worse_beside", "test_registration", "test_slurm", "test_home_footprint",
+                 "test_pydra_dask", "test_nipype_as_multiproc", "test_tier_fill", "test_pydra_worker", "test_data_loss",
+                 "test_interrupt", "test_reruns_pydra", "test_resume_after_kill", "test_cli", "test_kill_matrix",
+                 "test_benchmark_smoke", "test_hostile_mounts", "test_fmri_preproc", "test_security", "test_bad_input"]  # fmt: skip
 
 
 def pytest_collection_modifyitems(config, items):
