@@ -137,6 +137,7 @@ class Configuration:
     tier_capacity: str | None = None  # one tier only, /dev/shm with this cap: what it cannot hold goes home
     engine: str = "nipype"  # or "pydra": plugin is then the Submitter's worker, outputs stay in its cache
     durable_outputs: bool = False  # the workflow's outputs fsync'ed inside the timing, as Sea makes its own durable
+    logical_paths: bool = True  # Sea's view: each node runs at its home path (sea.view); False: at its tier path
 
     @property
     def file_key(self) -> str:
@@ -171,6 +172,8 @@ CONFIGURATIONS = (
     Configuration("PD", "Pydra cf worker, outputs fsync'ed", "cf", out_on_tmpfs=True, durable_outputs=True, engine="pydra"),
     Configuration("PSN", "Pydra SeaWorker, checkpoints: none", "sea", out_on_tmpfs=True, sea="tiers", checkpoints="none", engine="pydra"),
     Configuration("PSB", "Pydra SeaWorker, back-pressure off", "sea", out_on_tmpfs=True, sea="tiers", backpressure=False, engine="pydra"),
+    Configuration("PSV", "Pydra SeaWorker, no view (logical_paths: false)", "sea", out_on_tmpfs=True, sea="tiers", logical_paths=False, engine="pydra"),
+    Configuration("CV", "SeaMultiProc, no view (logical_paths: false)", "SeaMultiProc", sea="tiers", logical_paths=False),
 )
 BY_KEY = {c.key: c for c in CONFIGURATIONS}
 DEFAULT_CONFIGURATIONS = tuple(k for k in BY_KEY if k not in ("C2", "C4", "CB", "CH", "CH0", "CA", "C0", "PD", "PSN", "PSB"))  # C2, C4: for benchmarks.reruns; the rest: issue 20's

@@ -28,7 +28,8 @@ fresh directories, outputs compared byte for byte with A's:
 * PS Pydra with SeaWorker, same tiers as C; P, PS and PSP outputs are compared with P's;
 * PSP PS with ``prefetch: true``;
 * PD P, with the workflow's outputs ``fsync``'ed inside the timing (Sea makes them durable before a
-  run returns, cf does not); PSN PS with ``checkpoints: none``; PSB PS with ``backpressure: false``
+  run returns, cf does not); PSN PS with ``checkpoints: none``; PSV PS and CV C with
+  ``logical_paths: false`` (no view: what running each node at its home path costs); PSB PS with ``backpressure: false``
   (issue 20's, not in the default run);
 * L  (computed, busy only) the limit: max(T, declared output bytes at the throttled bandwidth) plus
   the last output's flush.
@@ -171,7 +172,7 @@ def worker(args: argparse.Namespace) -> None:
         plugin_args["status_callback"] = record_start
     if config.sea:
         plugin_args["sea"] = {"tiers": json.loads(args.tiers), "checkpoints": config.checkpoints, "checkpoint_factor": config.checkpoint_factor,
-                              "prefetch": config.prefetch, "backpressure": config.backpressure,
+                              "prefetch": config.prefetch, "backpressure": config.backpressure, "logical_paths": config.logical_paths,
                               "sinks": ["DataSink", "DerivativesDataSink"]}  # fmt: skip
     start = time.monotonic()
     wf.run(plugin=config.plugin, plugin_args=plugin_args)
@@ -191,7 +192,7 @@ def pydra_worker(args: argparse.Namespace, config: Configuration, size: Size) ->
 
     chunks = make_chunks(args.data, size.units, size.unit_mib)  # already there: only lists them
     options = {"sea": {"tiers": json.loads(args.tiers), "prefetch": config.prefetch, "checkpoints": config.checkpoints,
-                        "backpressure": config.backpressure}} if config.sea else {}
+                        "backpressure": config.backpressure, "logical_paths": config.logical_paths}} if config.sea else {}
     start = time.monotonic()
     with Submitter(worker=config.plugin, cache_root=args.work, n_procs=PROCESSES, **options) as submitter:
         result = submitter(Incrementation(in_files=chunks, iterations=size.iterations))

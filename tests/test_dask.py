@@ -72,46 +72,57 @@ def test_incrementation_matches_multiproc_and_stays_local(shared_cluster, multip
     assert sea_private_dirs(*tiers.values()) == [], "a tier is not empty at the end"
 
 
-def _study_matches_multiproc(disk_dir: Path, n_subjects: int, mib: float, plugin_args: dict) -> RunReport:
-    """The study workflow (grabbers, chains, a MapNode, a join, sinks) under MultiProc, then under
-    SeaDask: the same outputs. SeaDask's report."""
+STUDY_SUBJECTS, STUDY_MIB = 6, 0.5  # the study both tests below run
+
+
+@pytest.fixture(scope="module")
+def multiproc_study_outputs(tmp_path_factory) -> dict[str, bytes]:
+    """MultiProc's outputs of the study (its data is made the same in every directory), run once."""
+    reference = tmp_path_factory.mktemp("multiproc-study")
+    subjects = make_subjects(reference / "data", n_subjects=STUDY_SUBJECTS, mib=STUDY_MIB)
+    run(build_full(reference / "data", subjects, reference / "work", reference / "out"), "MultiProc")
+    return tree_files(reference / "out")
+
+
+def _study_matches_multiproc(disk_dir: Path, expected: dict[str, bytes], plugin_args: dict) -> RunReport:
+    """The study workflow (grabbers, chains, a MapNode, a join, sinks) under SeaDask: MultiProc's
+    outputs. SeaDask's report."""
     data = disk_dir / "data"
-    subjects = make_subjects(data, n_subjects=n_subjects, mib=mib)
-    run(build_full(data, subjects, disk_dir / "ref", disk_dir / "ref-out"), "MultiProc")
+    subjects = make_subjects(data, n_subjects=STUDY_SUBJECTS, mib=STUDY_MIB)
     wf = build_full(data, subjects, disk_dir / "work", disk_dir / "out")
     wf.config["execution"]["poll_sleep_duration"] = 0.05
     wf.run(plugin="SeaDask", plugin_args=plugin_args)
-    assert tree_files(disk_dir / "out") == tree_files(disk_dir / "ref-out")
+    assert tree_files(disk_dir / "out") == expected
     report = RunReport.from_json(disk_dir / "work" / "sea-report.json")
     print(report.to_text())
     return report
 
 
-def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(shared_cluster, disk_dir):
+def test_prefetch_copies_to_each_workers_tier_what_the_nodes_sent_there_read(shared_cluster, multiproc_study_outputs, disk_dir):
     """The grabbers hand each subject's image to its first step, which waits in a worker's queue:
     that worker copies it to its own tier ahead, and the step reads the copy."""
     from nipype.pipeline.engine.utils import loadpkl
 
     address, tiers, client = shared_cluster
-    report = _study_matches_multiproc(disk_dir, 6, 1, {**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
-    assert report.success and report.prefetch_files == 6, report.to_text()  # each subject's image, found through its grabber
-    assert report.prefetch_hits + report.prefetch_misses == 6 and report.prefetch_hits >= 3, report.to_text()
+    report = _study_matches_multiproc(disk_dir, multiproc_study_outputs, {**seadask(address), "sea": {**SEA, "prefetch": True, "keep_intermediates": True}})
+    assert report.success and report.prefetch_files == STUDY_SUBJECTS, report.to_text()  # each subject's image, found through its grabber
+    assert report.prefetch_hits + report.prefetch_misses == STUDY_SUBJECTS and report.prefetch_hits >= 3, report.to_text()
     read = sorted(str(loadpkl(p).inputs["in_file"]) for p in (disk_dir / "work").rglob("result_smooth.pklz"))
     copies = [path for path in read if "/.prefetch/" in path]
-    assert len(read) == 6 and len(copies) == report.prefetch_hits, read
+    assert len(read) == STUDY_SUBJECTS and len(copies) == report.prefetch_hits, read
     assert all(any(path.startswith(str(tier)) for tier in tiers.values()) for path in copies), read
     assert_no_foreign_access(client, tiers)
     assert sea_private_dirs(*tiers.values()) == [], "a copy was left on a tier"
 
 
-def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(shared_cluster, disk_dir):
+def test_fan_in_matches_multiproc_and_moves_only_what_the_join_needs(shared_cluster, multiproc_study_outputs, disk_dir):
     address, tiers, client = shared_cluster
     # no work stealing (tests/test_locality.py has it): here the join is the one node away from its inputs
-    report = _study_matches_multiproc(disk_dir, 8, 0.5, seadask(address, busy_threshold=100))
-    assert report.success and report.nodes_run == 8 * 5 + 2
+    report = _study_matches_multiproc(disk_dir, multiproc_study_outputs, seadask(address, busy_threshold=100))
+    assert report.success and report.nodes_run == STUDY_SUBJECTS * 5 + 2
     assert report.local_hit_rate >= 0.95, report.to_text()
     moved = sum(w.bytes_received for w in report.workers)
-    assert 0 < moved < 8 * 2**20, "only the scaled images of the subjects run elsewhere reach the join"
+    assert 0 < moved < STUDY_SUBJECTS * 2**20, "only the scaled images of the subjects run elsewhere reach the join"
     assert_no_foreign_access(client, tiers)
     assert sea_private_dirs(*tiers.values()) == []
 

@@ -4,7 +4,7 @@ command completes with byte-identical outputs, re-executing only what it must: n
 count is what MultiProc (cf) would run again after a kill at the same point, the nodes not finished
 then (every finished node's directory is in its cache; tests/test_reruns.py measures that for real).
 
-CI runs one point per adapter; ``pytest --run-slow -k kill_matrix`` runs the full 20.
+With --run-slow, one point per adapter; ``pytest --run-slow -k kill_matrix`` runs the full 20.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ def _report(adapter: str, outcomes: list[dict]) -> None:
         )
 
 
+# --run-slow: by default a kill and its rerun are tested at chosen points, through both adapters
+# (test_resume_after_kill, test_reruns' killed runs, test_interrupt, test_memory_budget's OOM kills)
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", adapters())
 def test_kill_matrix(adapter, disk_dir, shm_dir):
     outcomes = kill_and_resume(Pipeline(adapter), disk_dir, shm_dir, CI_POINTS)
