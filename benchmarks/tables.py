@@ -213,7 +213,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(throttles), len(workloads), figsize=(5.5 * len(workloads), 3.4 * len(throttles)), squeeze=False)
-    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8", "PSN": "#585", "PD": "#c88", "CA": "#1a8", "C0": "#4a6", "PSB": "#7a7"}
+    colours = {"A2": "#999", "A": "#777", "B": "#c96", "C": "#3a7", "CN": "#285", "C'": "#7b5", "CP": "#2a9", "CB": "#4b9", "CH": "#5c8", "T": "#36c", "S": "#69d", "P": "#a66", "PS": "#6a6", "PSP": "#4a8", "PSN": "#585", "PD": "#c88", "CA": "#1a8", "C0": "#4a6", "PSB": "#7a7", "PSV": "#9c9", "CV": "#6c9"}
     for row, throttle in enumerate(throttles):
         for col, workload in enumerate(workloads):
             ax = axes[row][col]
@@ -221,7 +221,7 @@ def plot(records, throttles: list[Throttle], workloads: list[str], path: Path) -
             times = [[r.makespan_seconds for r in _runs(records, throttle.name, workload, k)] for k in keys]
             meds = [statistics.median(t) for t in times]
             errors = [[m - min(t) for m, t in zip(meds, times, strict=True)], [max(t) - m for m, t in zip(meds, times, strict=True)]]
-            ax.bar(keys, meds, yerr=errors, capsize=3, color=[colours[k] for k in keys])
+            ax.bar(keys, meds, yerr=errors, capsize=3, color=[colours.get(k, "#888") for k in keys])
             ax.set_title(f"{throttle.name} shared FS, {workload}", fontsize=10)
             ax.set_ylabel("makespan (s)")
     fig.tight_layout()
