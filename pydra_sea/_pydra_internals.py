@@ -414,7 +414,7 @@ def _update_status_of_free_jobs(self) -> None:
     all_queued, all_running = self.queued, self.running
     queued = {i: all_queued[i] for i in free if i in all_queued}
     running = {i: all_running[i] for i in free if i in all_running}
-    looked = {i: job for i, job in queued.items()} | {i: entry[0] for i, entry in running.items()}
+    looked = dict(queued) | {i: entry[0] for i, entry in running.items()}
     # Pydra looks at those only (the node's whole queue set aside, not taken apart and put back)
     self.queued, self.running = queued, running
     try:
