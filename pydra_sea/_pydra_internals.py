@@ -51,6 +51,7 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -718,8 +719,6 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
     """The pickled job run at its directory's path in the home (:mod:`sea.view`): its file inputs
     name their producers' and prefetched copies' paths as the home names them, and its result,
     saved and returned, names their real paths again. The reason, if the view could not be made."""
-    import contextlib
-
     import cloudpickle as cp
     from fileformats.core import FileSet
     from pydra.utils.typing import TypeParser
@@ -733,12 +732,18 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
         except OSError as e:
             return f"a job's view could not be mounted ({e.strerror or e})"
 
+        real_of: dict[str, str] = {}  # Pydra's hash cache keys: a path as the job is shown it -> its real one
+
         def shown(fileset: FileSet) -> FileSet:
             paths = [Path(view.to_logical(str(p))) for p in fileset.fspaths]
-            return fileset if paths == list(map(Path, fileset.fspaths)) else _with_paths(fileset, paths)
+            if paths == list(map(Path, fileset.fspaths)):
+                return fileset
+            real_of.update((repr(shown), repr(Path(p))) for shown, p in zip(paths, fileset.fspaths, strict=True))
+            return _with_paths(fileset, paths)
 
         for name, value in _file_inputs(job):
             setattr(job.task, name, TypeParser.apply_to_instances(FileSet, shown, value))
+        stack.enter_context(_hashes_found_at_real_paths(real_of))
         job._inputs = None
         run_under(job, view.home)
         # Pydra empties a job's directory by removing it (``Job._populate_filesystem``): the bound
@@ -766,6 +771,40 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
         finally:
             job_module.save = save
     return result
+
+
+class _NotCached(Exception):
+    pass
+
+
+def _not_cached():
+    raise _NotCached
+
+
+@contextlib.contextmanager
+def _hashes_found_at_real_paths(real_of: dict[str, str]) -> ty.Iterator[None]:
+    """Pydra keys its persistent hash cache by a file set's paths (their ``repr``) and mtimes
+    (``bytes_repr_fileset``): the paths a job is shown in its view would miss what its checksum
+    found at the real ones, and each input would be read again, whole, as the job ends
+    (``Job._check_for_hash_changes``: 2 s of the incrementation's 40 jobs of 32 MiB). A key naming
+    shown paths is looked up at the real ones (the same files, so the same mtimes) and computed at
+    the shown ones, as Pydra would, where that finds nothing (an input the job changed)."""
+    from pydra.utils.hash import PersistentCache
+
+    lookup = PersistentCache.get_or_calculate_hash
+
+    def at_real_paths(self, key, calculate_hash):
+        real = tuple(real_of.get(k, k) if isinstance(k, str) else k for k in key)
+        if real != key:
+            with contextlib.suppress(_NotCached):
+                return lookup(self, real, _not_cached)
+        return lookup(self, key, calculate_hash)
+
+    PersistentCache.get_or_calculate_hash = at_real_paths
+    try:
+        yield
+    finally:
+        PersistentCache.get_or_calculate_hash = lookup
 
 
 def _empty(directory: Path) -> None:

@@ -247,6 +247,42 @@ def test_pydra_finds_the_hashes_of_intermediate_files_made_in_the_jobs_processes
         assert filecmp.cmp(mine, ref, shallow=False)
 
 
+def test_a_job_in_its_view_finds_its_inputs_hashes_made_at_their_real_paths(tmp_path, shm_dir, monkeypatch):
+    """Pydra keys its persistent hash cache by paths and mtimes, and hashes a job's inputs again as
+    it ends: in a view (``logical_paths``, the default) a job is shown its inputs at their paths in
+    the home, which would miss every entry made at their real paths on the tier and read each input
+    whole again (2 s of the incrementation's 40 jobs). No process of the run computes the hash of a
+    file at a path in the home that is a tier file's; the views were made (the report names no
+    reason they were not)."""
+    from pydra.utils.hash import PersistentCache
+
+    from example_workflows.incrementation import make_chunks
+    from example_workflows.incrementation.pydra_workflow import Incrementation
+
+    monkeypatch.setenv("PYDRA_HASH_CACHE", str(tmp_path / "hashes"))
+    computed = tmp_path / "computed"  # a line per hash computed, by any process of the run
+    lookup = PersistentCache.get_or_calculate_hash
+
+    def spied(self, key, calculate_hash):
+        def calculate():
+            with open(computed, "a") as log:
+                log.write(f"{key}\n")
+            return calculate_hash()
+
+        return lookup(self, key, calculate)
+
+    monkeypatch.setattr(PersistentCache, "get_or_calculate_hash", spied)
+    chunks, home = make_chunks(tmp_path / "data", 3, 1), tmp_path / "home"
+    with Submitter(worker="sea", cache_root=home, n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+        result = sub(Incrementation(in_files=chunks, iterations=3))
+    assert not result.errored, result.errors
+    assert RunReport.from_json(home / "sea-report.json").paths_recorded == ""
+    keys = computed.read_text().splitlines()
+    assert sum(str(shm_dir) in key for key in keys) >= 6, "no process hashed the intermediate files: nothing to compare"
+    again = [key for key in keys if f"{home}/" in key and "/python-" in key]  # a job's directory, seen in the home
+    assert again == [], f"in their views, jobs hashed their inputs again at the home's paths: {again}"
+
+
 def test_tasks_spill_to_the_next_tier_when_a_small_tmpfs_is_full(tmp_path, small_tmpfs, shm_dir):
     """8 chunks of 4 MiB x 3 iterations on a 24 MiB tier: some jobs are refused there and run on the
     next tier; outputs are still cf's, and both tiers are empty at the end."""
