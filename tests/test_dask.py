@@ -177,17 +177,18 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, multiproc_outputs, disk_
 # SIGTERM (what SLURM sends) by default; SIGINT takes the same path here (tests/test_interrupt.py has both
 # signals through MultiProc-like runs) and runs with --run-slow
 @pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(cluster, multiproc_outputs, disk_dir, signum):
+def test_a_stopped_driver_commits_what_is_under_way_and_a_rerun_completes(shared_cluster, multiproc_outputs, disk_dir, signum):
     """Ctrl-C or SLURM's SIGTERM to the driver (the workers are other jobs, and live on): it exits
     within seconds, nothing is left half-copied in the home, every worker's journal records the
-    stop, the live workers' tiers are empty, and the same command run again gives MultiProc's outputs."""
+    stop, the live workers' tiers are empty, and the same command run again gives MultiProc's outputs.
+    The workers live on as they were: the module's cluster."""
     import subprocess
     import sys
     import time
 
     from sea.stager import TMP_MARK
 
-    address, tiers, client = cluster
+    address, tiers, client = shared_cluster
     root = disk_dir / "stopped"
     root.mkdir()
     (root / "sea.yml").write_text("tiers:\n  - path: ${SEA_TEST_TIER}\ndefault_node_size: 1MiB\n")

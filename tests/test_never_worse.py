@@ -838,12 +838,11 @@ def test_a_rule_dropping_a_file_a_consumer_reads_leaves_no_directory_taken_as_do
     # so a's directory went home without the file (the fourth adversarial pass)
     rules = [{"pattern": pattern, "mode": mode} for pattern in ("wf/b/out.txt", "wf/a/data.txt")[: 2 if mode == "remove" else 1]]
     sea = {"tiers": [{"path": str(shm_dir)}], "checkpoint_budget": "10MiB", "rules": rules}
-    for plugin in ("MultiProc", "SeaMultiProc"):
-        for tag in ("first", "changed"):
-            done = subprocess.run([sys.executable, str(script), plugin, str(disk_dir / plugin), tag, json.dumps(sea)], capture_output=True, text=True, timeout=180)
-            assert done.returncode == 0, (plugin, tag, done.stderr[-3000:])
-    ours, theirs = (disk_dir / p / "out" / "res" / "out.txt" for p in ("SeaMultiProc", "MultiProc"))
-    assert ours.read_text() == theirs.read_text() and ours.read_text().startswith("changed")
+    for tag in ("first", "changed"):
+        done = subprocess.run([sys.executable, str(script), "SeaMultiProc", str(disk_dir / "sea"), tag, json.dumps(sea)], capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, (tag, done.stderr[-3000:])
+    # what MultiProc's rerun writes (each node's function is pure: c's tag, then the start of b's file)
+    assert (disk_dir / "sea" / "out" / "res" / "out.txt").read_text() == "changed" + ("b" + "x" * 100000)[:50]
     if mode == "keep":  # what the rule kept stays on the tier, said, until `sea recover` or a removal
         for kept in sea_private_dirs(shm_dir):
             shutil.rmtree(kept)
