@@ -64,6 +64,10 @@ from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals, die_on_terminate, raise_in_loop, stop_process_pool
 from sea.memory import JobPeak, offer_to_oom_killer
 from sea.ordering import HELD_PER_ROUND, ReadyQueue
+
+# jobs refused a place ahead (no fast tier has room beside what is placed) before a round stops
+# asking: each asks the tiers' room and the job's memory, and a round comes with every event
+AHEAD_REFUSED_PER_ROUND = 2
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
@@ -698,14 +702,20 @@ class _Processes:
 
     def retry(self) -> None:
         """Hand the free processes to the waiting jobs, best first, that may start now."""
-        held = []
+        held, refused_ahead = [], 0
         while self._queue and self._busy < self._n + self._ahead:
             key = self._queue.pop()
             granted = self._waiting.get(key)
             if granted is None or granted.done():  # cancelled while waiting
                 self._waiting.pop(key, None)
                 continue
-            if (self._busy >= self._n and not self._may_go_ahead(key)) or not self._may_start(key, self._busy):
+            if self._busy >= self._n and not self._may_go_ahead(key):
+                held.append(key)
+                refused_ahead += 1
+                if refused_ahead >= AHEAD_REFUSED_PER_ROUND:
+                    break  # every process is busy and the tiers have no room to spare: the next jobs wait too
+                continue
+            if not self._may_start(key, self._busy):
                 held.append(key)
                 if len(held) > HELD_PER_ROUND:
                     break  # the best jobs wait: no need to ask the whole queue

@@ -431,6 +431,31 @@ def test_jobs_wait_in_the_pools_queue_ahead_of_free_processes_where_a_tier_has_r
     assert asyncio.run(granted(lost, keys)) == keys[:1]
 
 
+def test_with_every_process_busy_an_event_asks_the_tiers_room_for_two_jobs_at_most():
+    """Each event (a job's end, a copy home) hands the free places to the waiting jobs; with every
+    process busy, a job may only wait in the pool, where the tiers have room for it. When they have
+    none (a 20,000-job run: every job ahead held back), each event asked the tiers' room and the
+    job's memory for 17 jobs (a fifth of the main process's time): now for 2 at most."""
+    import asyncio
+
+    from pydra_sea.worker import AHEAD_REFUSED_PER_ROUND, _Processes
+    from sea.ordering import ReadyQueue
+
+    asked = []
+    processes = _Processes(2, ReadyQueue(lambda key: (key,)), ahead=3, may_go_ahead=lambda key: asked.append(key) and False)
+
+    async def one_event() -> None:
+        for i in range(40):
+            processes.waiting[f"job{i:02}"] = asyncio.get_running_loop().create_future()
+            processes._queue.push(f"job{i:02}", f"job{i:02}")
+        processes._busy = 2  # both processes taken
+        processes.retry()
+
+    asyncio.run(one_event())
+    assert asked == ["job00", "job01"] and AHEAD_REFUSED_PER_ROUND == 2
+    assert len(processes._queue) == 40, "a job held back left the queue"
+
+
 def test_a_failing_task_leaves_what_cf_leaves_and_its_sibling_comes_home(tmp_path, shm_dir):
     """The failed job's directory, with Pydra's crash file, ends up where cf leaves it (in the cache);
     the independent branch's output is committed there too; nothing stays on the tier."""
