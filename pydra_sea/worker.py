@@ -64,10 +64,6 @@ from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals, die_on_terminate, raise_in_loop, stop_process_pool
 from sea.memory import JobPeak, offer_to_oom_killer
 from sea.ordering import HELD_PER_ROUND, ReadyQueue
-
-# jobs refused a place ahead (no fast tier has room beside what is placed) before a round stops
-# asking: each asks the tiers' room and the job's memory, and a round comes with every event
-AHEAD_REFUSED_PER_ROUND = 2
 from sea.report import RunReport
 
 from . import _pydra_internals as px_
@@ -631,6 +627,10 @@ def _process_init() -> None:
 # trivial tasks 78-85 s against 61-67 s with 64 (cf: 62-65 s); 128 and 256, each a burst of jobs
 # placed and pickled in one turn of the loop, were slower again (77-96 s)
 AHEAD_PER_PROCESS = 64
+
+# jobs refused a place ahead (no fast tier has room beside what is placed) before a round stops
+# asking: each asks the tiers' room and the job's memory, and a round comes with every event
+AHEAD_REFUSED_PER_ROUND = 2
 
 
 class _Processes:
