@@ -738,7 +738,7 @@ def run_in_view(job_pkl: bytes, rerun: bool, view):
             paths = [Path(view.to_logical(str(p))) for p in fileset.fspaths]
             if paths == list(map(Path, fileset.fspaths)):
                 return fileset
-            real_of.update((repr(shown), repr(Path(p))) for shown, p in zip(paths, fileset.fspaths, strict=True))
+            real_of.update((repr(seen), repr(Path(p))) for seen, p in zip(paths, fileset.fspaths, strict=True))
             return _with_paths(fileset, paths)
 
         for name, value in _file_inputs(job):

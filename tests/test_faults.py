@@ -93,16 +93,21 @@ def test_transient_errors_writing_home_are_retried(study, slowfs_factory, shm_di
     assert no_temporaries(fs.path) == [] and sea_private_dirs(shm_dir) == []
 
 
-@pytest.mark.parametrize("fault", ["EIO", "ENOSPC"])
-def test_a_persistent_error_ends_the_run_with_one_line_and_keeps_the_tier_copy(study, slowfs_factory, shm_dir, fault, request):
+# by default each adapter meets one of the two errors (the stager's path is the same for both);
+# each meets both with --run-slow
+PERSISTENT = [(adapter, fault, (adapter, fault) in (("nipype", "ENOSPC"), ("pydra", "EIO"))) for adapter in ADAPTERS for fault in ("EIO", "ENOSPC")]
+
+
+@pytest.mark.parametrize(
+    ("study", "fault"),
+    [pytest.param(adapter, fault, marks=[pytest.mark.slow] if slow else [], id=f"{adapter}-{fault}") for adapter, fault, slow in PERSISTENT],
+    indirect=["study"],
+)
+def test_a_persistent_error_ends_the_run_with_one_line_and_keeps_the_tier_copy(study, slowfs_factory, shm_dir, fault):
     """Every write of one output fails (EIO: after the retries; ENOSPC: at once, a quota is not
     transient): the run ends in one SeaFlushError naming that file and where its fast-tier copy is
     kept; that copy is complete; nothing partial is at the final path; the report does not count it
-    as flushed; once the filesystem is healthy, the same command gives the reference outputs. By
-    default each adapter meets one of the two errors (the stager's path is the same for both
-    adapters); each meets both with ``--run-slow``."""
-    if (study.adapter, fault) in (("nipype", "ENOSPC"), ("pydra", "EIO")) and not request.config.getoption("--run-slow"):
-        pytest.skip("slow: run with --run-slow (the other adapter meets this error by default)")
+    as flushed; once the filesystem is healthy, the same command gives the reference outputs."""
     fs = slowfs_factory(fail_pattern=ONE_OUTPUT[study.adapter], fail_errno=fault)
     sea = {"tiers": [{"path": str(shm_dir)}]}
     with pytest.raises(SeaFlushError) as info:
