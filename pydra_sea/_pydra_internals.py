@@ -36,12 +36,15 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
   queued and running job whether it is done, a look on disk each; jobs the worker still runs are
   left out of that look; ``NodeExecution.get_runnable_tasks`` queues the jobs it makes runnable
   (``blocked`` -> ``queued``) and returns the whole queue, which ``Submitter.expand_workflow``
-  submits unless submitted (by checksum): while a run lives, it returns those it made runnable in
-  that call (:func:`look_only_at_free_jobs`);
+  submits unless submitted (by checksum), and walks every index of the node's state each call,
+  after every job is made too (``blocked`` empty, not ``None``): while a run lives, it returns those
+  it made runnable in that call, and is not called once ``blocked`` is empty (:func:`look_only_at_free_jobs`);
 - ``pydra.engine.state.map_splits`` (a module global ``State.prepare_states_val`` calls): replaced,
   while a run lives, by one that flattens each split input once (:func:`split_in_linear_time`);
-- ``Submitter.fetch_finished(futures) -> (pending, done)``, each turn's wait for a job's end:
-  replaced, while a run lives, by one that pays each future's callback once (:func:`fetch_finished_by_event`);
+- ``Submitter.fetch_finished(futures) -> (pending, done)``, each turn's wait for a job's end; the loop
+  keeps the ``pending`` set and adds each new future to it (``set.add``): replaced, while a run
+  lives, by one that pays each future's callback once, and returns the set it was given less the
+  futures that ended (:func:`fetch_finished_by_event`);
 - ``Job.submitter``: a workflow job expands through the submitter it records; a nested workflow
   job sent to a Dask worker is given that worker's own submitter (``Submitter.run_start_time``
   set as ``Submitter.__call__`` sets it).
@@ -358,7 +361,9 @@ def look_only_at_free_jobs(on: bool) -> None:
       :func:`job_returned`): one the worker still runs is not done; the others as Pydra does;
     - a node hands the loop only the jobs it made runnable in this call, which the loop submits in
       the same turn (Pydra's own, the whole queue, when the Submitter caps the jobs at once,
-      ``max_concurrent``, or cleans stale locks: then a job left out of a turn comes back).
+      ``max_concurrent``, or cleans stale locks: then a job left out of a turn comes back);
+    - a node whose every job is made (none left ``blocked``) is not asked for more: Pydra's call
+      walks each index of the node's state to find none (a turn cost a fan-out's every job).
 
     Fixes that belong in Pydra; ``False`` puts Pydra's own back."""
     global _update_status, _get_runnable
@@ -388,12 +393,16 @@ def job_returned(job) -> None:
 def _runnable_tasks_made_now(self, graph) -> list:
     """``NodeExecution.get_runnable_tasks`` while :func:`look_only_at_free_jobs` is on: Pydra's own
     with the node's queue set aside, so that what it queues is what it made runnable now."""
-    queued, self.queued = self.queued, {}
-    try:
-        _get_runnable(self, graph)
-    finally:
-        made, self.queued = self.queued, queued
-        queued.update(made)
+    queued = self.queued
+    if self.blocked is not None and not self.blocked:
+        made = {}  # every job made already: Pydra's call would walk each index of the node's state to find none
+    else:
+        self.queued = {}
+        try:
+            _get_runnable(self, graph)
+        finally:
+            made, self.queued = self.queued, queued
+            queued.update(made)
     free = _free.setdefault(id(self), set())
     for index, job in made.items():
         free.add(index)
@@ -468,9 +477,22 @@ def _map_splits_flattening_once(split_iter, inputs, container_ndim=None):
 
 
 _fetch_finished: ty.Callable | None = None  # Pydra's own Submitter.fetch_finished
-_watched: set = set()  # futures a done callback is attached to (fetch_finished_by_event)
-_ended: set = set()  # those of them that ended and no turn has taken yet
+_ended: set = set()  # futures that ended and no turn has taken yet
 _wakers: list = []  # turns waiting for one to end
+
+
+class _Pending(set):
+    """The set of a loop's pending futures that Pydra keeps between turns and adds each new one to:
+    it remembers which were added since a turn last looked, so that a turn costs what it adds."""
+
+    def __init__(self, futures=()):
+        super().__init__(futures)
+        self.added = list(self)
+
+    def add(self, future) -> None:
+        if future not in self:
+            super().add(future)
+            self.added.append(future)
 
 
 def fetch_finished_by_event(on: bool) -> None:
@@ -478,8 +500,9 @@ def fetch_finished_by_event(on: bool) -> None:
     FIRST_COMPLETED)`` (``Submitter.fetch_finished``), which adds and then removes a callback on
     every pending future: a fan-out's turn costs its pending jobs (45 ms a turn at 20,000 on our CI
     machine), and a big graph's loop turns thousands of times. While ``on``, a future gets one
-    callback when a turn first sees it, and a turn takes the futures that ended since: the same
-    (pending, done) as Pydra's, each future's callback paid once. A fix that belongs in Pydra;
+    callback when it is added to the loop's pending set, and a turn takes the futures that ended
+    since: the same (pending, done) as Pydra's, each future paid once (the pending set returned is
+    the one Pydra passed, less those done, not a copy of it). A fix that belongs in Pydra;
     ``False`` puts Pydra's own back."""
     global _fetch_finished
     from pydra.engine.submitter import Submitter
@@ -488,7 +511,6 @@ def fetch_finished_by_event(on: bool) -> None:
         _fetch_finished, Submitter.fetch_finished = Submitter.fetch_finished, _fetch_finished_by_event
     elif not on and _fetch_finished is not None:
         Submitter.fetch_finished, _fetch_finished = _fetch_finished, None
-        _watched.clear()
         _ended.clear()
 
 
@@ -507,8 +529,10 @@ async def _fetch_finished_by_event(self, futures: set) -> tuple[set, set]:
 
     if not futures:
         return set(), set()
-    for future in futures - _watched:
-        _watched.add(future)
+    if not isinstance(futures, _Pending):
+        futures = _Pending(futures)  # once a loop: Pydra adds to the set this returns
+    added, futures.added = futures.added, []
+    for future in added:
         if future.done():
             _ended.add(future)
         else:
@@ -518,8 +542,8 @@ async def _fetch_finished_by_event(self, futures: set) -> tuple[set, set]:
         _wakers.append(waker)
         await waker
     _ended.difference_update(done)
-    _watched.difference_update(done)
-    return futures - done, done
+    futures.difference_update(done)
+    return futures, done
 
 
 def look_in_home(job, home: Path, tier: Path) -> None:

@@ -392,10 +392,12 @@ def test_a_turn_waiting_by_event_takes_what_pydras_wait_takes():
     """``fetch_finished_by_event`` replaces ``Submitter.fetch_finished`` (each turn's
     ``asyncio.wait`` on every pending future): for nothing pending, for futures some of which
     ended, and for futures none of which ended yet, it returns what Pydra's returns, and Pydra's
-    own is back after."""
+    own is back after. Ours returns, from the second turn on, the pending set it was given less
+    what ended, not a copy of every pending future (Pydra's loop adds to it): a turn costs what
+    ended and what was added."""
     import asyncio
 
-    pydras = Submitter.fetch_finished
+    pydras, kept = Submitter.fetch_finished, []
 
     async def turns(fetch) -> list:
         loop = asyncio.get_running_loop()
@@ -407,7 +409,9 @@ def test_a_turn_waiting_by_event_takes_what_pydras_wait_takes():
         pending, done = await fetch(None, set(futures))
         seen.append((sorted(map(futures.index, pending)), sorted(map(futures.index, done))))
         loop.call_later(0.05, futures[2].set_result, 2)
+        given = pending
         pending, done = await fetch(None, pending)
+        kept.append(pending is given)
         seen.append((sorted(map(futures.index, pending)), sorted(map(futures.index, done))))
         futures[0].cancel()
         pending, done = await fetch(None, pending)
@@ -423,4 +427,5 @@ def test_a_turn_waiting_by_event_takes_what_pydras_wait_takes():
     finally:
         px_.fetch_finished_by_event(False)
     assert ours == theirs == [(set(), set()), ([0, 2], [1, 3]), ([0], [2]), ([], [0])]
-    assert Submitter.fetch_finished is pydras and not px_._watched and not px_._ended
+    assert kept == [False, True], "each turn copies every pending future"
+    assert Submitter.fetch_finished is pydras and not px_._ended

@@ -69,9 +69,11 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned_and_is_handed_each
     """Pydra's loop asks every queued job whether it is done (its result loaded from disk) after
     each job ends, and each node hands it its whole queue again each turn: past a few thousand jobs
     a turn outlasted the processes' work. A job the worker has not returned is not done, and is not
-    looked at; a node hands the loop each job once, in the turn that made it runnable
+    looked at; a node hands the loop each job once, in the turn that made it runnable, and a node
+    whose jobs are all made does not walk its state's every index again to find none
     (``_pydra_internals.look_only_at_free_jobs``); the result is cf's."""
     from pydra.engine.job import Job
+    from pydra.engine.submitter import NodeExecution
     from pydra.engine.submitter import Submitter as PydraSubmitter
 
     from benchmarks.scaling import pydra_fan  # a task split over 40 values, combined, then a total
@@ -93,13 +95,22 @@ def test_pydra_looks_on_disk_only_at_jobs_the_worker_returned_and_is_handed_each
         handed.extend(id(job) for job in tasks)
         return tasks
 
+    walked_for_none, nodes_own = [], NodeExecution.get_runnable_tasks
+
+    def node_walking(node, graph):
+        if node.blocked is not None and not node.blocked:
+            walked_for_none.append(node.name)
+        return nodes_own(node, graph)
+
     monkeypatch.setattr(Job, "done", property(counted))
     monkeypatch.setattr(PydraSubmitter, "get_runnable_tasks", handing)
+    monkeypatch.setattr(NodeExecution, "get_runnable_tasks", node_walking)
     with Submitter(worker="sea", cache_root=tmp_path / "sea", n_procs=2, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
         result = sub(pydra_fan(40))
     assert not result.errored and result.outputs.total == 40 * 39
     assert looked["held"] == 0 and looked["returned"] > 0, looked
     assert len(handed) == len(set(handed)) == 40 + 1, f"{len(handed)} jobs handed to the loop, {len(set(handed))} of them different"  # the split and the total
+    assert not walked_for_none, f"nodes with every job made walked their state again {len(walked_for_none)} times"
     assert px_._free == {} and px_._queued_at == {}, "the run's jobs are still tracked after it"
 
 
@@ -123,7 +134,7 @@ def test_a_run_makes_a_split_nodes_jobs_flattening_its_input_once(tmp_path, shm_
     assert made == [{"double.i": i} for i in range(30)]
     assert state.map_splits is pydras
     assert turns and max(turns) >= 30, "the loop's turns did not wait through fetch_finished_by_event"
-    assert Submitter.fetch_finished is pydras_wait and not px_._watched
+    assert Submitter.fetch_finished is pydras_wait and not px_._ended
 
 
 def test_a_pickled_worker_carries_none_of_what_its_process_holds():
