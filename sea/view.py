@@ -435,12 +435,7 @@ class View:
                     try:
                         st = os.lstat(src)
                         if rel in overlay.originals and stat.S_ISREG(st.st_mode):
-                            as_copied, copy = overlay.originals[rel]
-                            if self.puts is None:
-                                put_back(Path(src), Path(dst), as_copied, base=copy)
-                            else:
-                                with self.puts.record(real, rel):  # one node at a time puts it back, of any of the user's runs
-                                    put_back(Path(src), Path(dst), as_copied, base=copy)
+                            put_input_back(self.puts, real, rel, src, dst, *overlay.originals[rel])
                         else:
                             self._keep_one(src, dst, started, overlay.sizes.get(rel), linked)
                             if stat.S_ISDIR(st.st_mode):
@@ -543,6 +538,15 @@ class View:
             after = os.lstat(tmp).st_size
             os.replace(tmp, dst)
             noted.write(f"{there.st_size if there is not None else 0} {after}\n")
+
+
+def put_input_back(puts: PutRecords | None, directory: str, rel: str, src: str, dst: str, as_copied: tuple[int, ...], copy: Path | None) -> None:
+    """Put a node's changed copy ``src`` of a prefetched input back at ``dst`` (``rel`` in
+    ``directory``; :func:`~sea.stager.put_back`), its record held: one node at a time, of any of
+    the user's runs. Two nodes appending to one input and returning at once would each append at
+    the end it saw, the later over the other's bytes (the eleventh adversarial pass, N2)."""
+    with puts.record(directory, rel) if puts is not None else contextlib.nullcontext():
+        put_back(Path(src), Path(dst), as_copied, base=copy)
 
 
 @dataclass

@@ -46,3 +46,55 @@ def test_a_place_someone_else_could_have_made_is_refused_for_the_runs_own_in_one
         noted.write("0 1\n")
     records.close()
     assert list(target.iterdir()) == [] and (made == "a link" or list(where.iterdir()) == [])
+
+
+def test_two_nodes_putting_back_appends_to_one_input_at_once_keep_both(tmp_path, monkeypatch):
+    """The eleventh adversarial pass, N2: four nodes appended to one prefetched input and returned
+    at once, and one append was lost (1 run in 14): each put back its copy at the end of the file
+    it saw, the later writing over the other's bytes. A put back holds its file's record. Made
+    certain here: the first put pauses as it writes until the second is writing too, or half a
+    second has passed (the second waiting for the record); both nodes' bytes are kept, once each."""
+    import threading
+
+    from sea import stager
+    from sea.view import put_input_back
+
+    data, copies = tmp_path / "data", tmp_path / "copies"
+    data.mkdir(), copies.mkdir()
+    original = data / "events.tsv"
+    original.write_bytes(b"onset\tduration\n")
+    as_copied = stager.identity(original.stat())
+    appended = {"a": b"1\t2\n" * 1024, "b": b"3\t4\n" * 1024}
+    for node, lines in appended.items():
+        (copies / node).write_bytes(original.read_bytes() + lines)
+    began = copies / "prefetched"  # the copy the nodes were given, as it was
+    began.write_bytes(original.read_bytes())
+    writing, overlapped, second_writing, failed = [], [], threading.Event(), []
+    copy_data = stager._copy_data
+
+    def pausing(*args, **kwargs):
+        writing.append(threading.current_thread().name)
+        if len(writing) == 1:
+            overlapped.append(second_writing.wait(timeout=0.5))
+        else:
+            second_writing.set()
+        return copy_data(*args, **kwargs)
+
+    def put(node):
+        try:
+            put_input_back(records, str(data), original.name, str(copies / node), str(original), as_copied, began)
+        except OSError as e:
+            failed.append(f"{node}: {e}")
+
+    monkeypatch.setattr(stager, "_copy_data", pausing)
+    records = PutRecords.shared(tmp_path / "puts")
+    nodes = [threading.Thread(target=put, args=(node,), name=node) for node in appended]
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        node.join(timeout=30)
+    records.close()
+    assert not failed and len(writing) == 2, failed
+    first, second = writing
+    assert original.read_bytes() == b"onset\tduration\n" + appended[first] + appended[second], "a node's appends were lost"
+    assert overlapped == [False], "the second put wrote while the first was writing"
