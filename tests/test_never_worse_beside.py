@@ -125,11 +125,46 @@ def test_two_nodes_appending_to_one_file_beside_them_at_once_keep_every_byte(dis
     written first, binary appends a directory down). Now each put of such a file notes its sizes
     before and after, and a node's appends start where its copy began, one of those sizes: every
     byte is kept once, as MultiProc's appends are (in the order the nodes ended)."""
+    _two_nodes_appending(disk_dir, shm_dir, target, b_times, init, b_data, c_data, expected)
+
+
+def test_two_nodes_appending_beside_them_among_hundreds_of_directories_keep_every_byte(disk_dir, shm_dir):
+    """A workflow directory of more node directories than ``view.SIZES_AT_MOST`` (Pydra's cache, a
+    big workflow, other subjects' nodes) is not listed for each node (its listing made a run's cost
+    grow with the square of its jobs): the sizes its files had as a node started are not noted,
+    and two nodes' appends to a file there are merged through the record each put leaves."""
+    from sea.view import SIZES_AT_MOST
+
+    _two_nodes_appending(disk_dir, shm_dir, "../log.txt", B_FIRST, b"line before\n", b"line from b\n", b"line from c\n",
+                         b"line before\nline from c\nline from b\n", crowded=SIZES_AT_MOST + 1)  # fmt: skip
+
+
+def test_a_node_lists_a_directory_of_hundreds_of_node_directories_beside_it_never(tmp_path, monkeypatch):
+    """Each node noted the sizes of the files beside its directory, listing it again whenever it had
+    changed: in a fan-out's flat directory (Pydra's cache), a new job directory each time, 18 ms a
+    node at 20,000. A directory of more subdirectories than ``SIZES_AT_MOST`` is not listed."""
+    from sea import view
+
+    listed, scandir = [], os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(path) or scandir(path))
+    for crowded in (view.SIZES_AT_MOST - 1, view.SIZES_AT_MOST + 1):
+        directory = tmp_path / str(crowded)
+        for n in range(crowded):
+            (directory / f"node{n}").mkdir(parents=True)
+        (directory / "log.txt").write_text("line before\n")
+        listed.clear()
+        sizes = view._sizes_beside(directory, directory / "node0")
+        assert (sizes, len(listed)) == (({"../log.txt": 12}, 1) if crowded < view.SIZES_AT_MOST else ({}, 0)), crowded
+
+
+def _two_nodes_appending(disk_dir, shm_dir, target, b_times, init, b_data, c_data, expected, crowded: int = 0) -> None:
     from nipype import Function, Node, Workflow
 
     made = {}
     for plugin in ("MultiProc", "SeaMultiProc"):
         (disk_dir / plugin / "wf" / "logs").mkdir(parents=True)
+        for n in range(crowded):
+            (disk_dir / plugin / "wf" / f"subject{n}").mkdir()
         (disk_dir / plugin / "wf" / target.removeprefix("../")).write_bytes(init)
         wf = Workflow(name="wf", base_dir=str(disk_dir / plugin))
         for name, data, (before, after) in (("b", b_data, b_times), ("c", c_data, (0.5, 0))):
