@@ -472,12 +472,14 @@ class SeaEngine:
         its directory on a tier mounted ``noexec`` (where the engine's own plugin, in the home,
         would have), or could not replace, rename or remove an input file it read from a prefetched
         copy (bound over the original in its view: a mount point, where the engine's own plugin
-        would have), place it on the next tier and return the new placement so the adapter reruns
-        it, on the original input files; otherwise ``None``."""
+        would have), or could not rename a directory beside such a file (an overlay's lower layer in
+        its view: EXDEV), place it on the next tier and return the new placement so the adapter
+        reruns it, on the original input files; otherwise ``None``."""
         handed = self.prefetcher.handed(key) if self.prefetcher is not None else []
         on_a_copy = any(path in error_text for path in handed)  # the error names a file it read from a copy
+        beside_a_copy = any(os.path.join(os.path.dirname(path), "") in error_text for path in handed)
         with self._lock:
-            placement = self.placer.retry_elsewhere(key, error_text, link, on_a_copy)
+            placement = self.placer.retry_elsewhere(key, error_text, link, on_a_copy, beside_a_copy)
         if placement is not None and handed:
             self.prefetcher.reads_originals(key)  # what the first attempt did to its copies is not its work
         return placement

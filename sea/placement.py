@@ -23,6 +23,7 @@ STAGING_DIR = "declared"  # on a tier: where sinks write their declared outputs
 ENOSPC_TEXT = (os.strerror(errno.ENOSPC), f"[Errno {errno.ENOSPC}]")
 EACCES_TEXT = (os.strerror(errno.EACCES), f"[Errno {errno.EACCES}]")  # a program not run: a noexec tier
 EBUSY_TEXT = (os.strerror(errno.EBUSY), f"[Errno {errno.EBUSY}]")  # a mount point not replaced: a prefetched copy in the view
+EXDEV_TEXT = (os.strerror(errno.EXDEV), f"[Errno {errno.EXDEV}]")  # an overlay's lower directory not renamed: beside a copy in the view
 
 
 class Placer:
@@ -109,10 +110,11 @@ class Placer:
         owner.parts.append(key)
         return part
 
-    def retry_elsewhere(self, key: str, error_text: str, link: bool = True, on_a_copy: bool = False) -> Placement | None:
+    def retry_elsewhere(self, key: str, error_text: str, link: bool = True, on_a_copy: bool = False, beside_a_copy: bool = False) -> Placement | None:
         """The node's new placement if it failed for want of space or of ``exec`` on its tier, or
         (``on_a_copy``: the error names a file it read from a prefetched copy) could not replace,
-        rename or remove that file, else ``None`` (see :meth:`SeaEngine.retry_elsewhere`)."""
+        rename or remove that file, or (``beside_a_copy``: it names a path in such a file's
+        directory) could not rename a directory there, else ``None`` (see :meth:`SeaEngine.retry_elsewhere`)."""
         run = self.run
         node = run.nodes.get(key)
         p = node.placement if node else None
@@ -126,6 +128,12 @@ class Placer:
             run.log.warning(
                 "[Sea] %s could not replace, rename or remove an input file it read from a prefetched copy (bound over the "
                 "original in its view); rerunning it on the original files", key,
+            )  # fmt: skip
+            run.report.busy_retries += 1
+        elif beside_a_copy and any(t in error_text for t in EXDEV_TEXT):
+            run.log.warning(
+                "[Sea] %s could not rename a directory beside an input file it read from a prefetched copy (that directory is an "
+                "overlay in its view); rerunning it on the original files", key,
             )  # fmt: skip
             run.report.busy_retries += 1
         elif p.tier.noexec and any(t in error_text for t in EACCES_TEXT):

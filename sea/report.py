@@ -101,7 +101,7 @@ class RunReport:
     interrupted: bool = False  # stopped by Ctrl-C or SIGTERM: the nodes that were running run again next time
     enospc_retries: int = 0
     noexec_retries: int = 0  # nodes that could not run a program on a noexec tier, rerun on the next
-    busy_retries: int = 0  # nodes that could not replace, rename or remove a prefetched input (a mount point in the view), rerun on the originals
+    busy_retries: int = 0  # nodes that could not replace, rename or remove a prefetched input (a mount point in the view), or rename a directory beside one (an overlay), rerun on the originals
     lost_worker_retries: int = 0  # nodes rerun after their worker process died (the OOM killer)
     nodes_held_for_link: int = 0  # ready nodes held back while the link home caught up (sea.backpressure)
     tiers: list[TierReport] = field(default_factory=list)

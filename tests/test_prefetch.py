@@ -375,15 +375,18 @@ def _read_size(in_file):
     return os.path.getsize(in_file)
 
 
-def _changing_its_input(tmp_path, shm_dir, disk_dir, change, beside_the_home: bool = False) -> dict:
+def _changing_its_input(tmp_path, shm_dir, disk_dir, change, beside_the_home: bool = False, beside: tuple[str, ...] = ()) -> dict:
     """Per plugin, MultiProc then SeaMultiProc with prefetch: a node that ``change`` s its input file
     (a function of it), then a node reading its size; (that size, the input's bytes, the names in
-    its directory)."""
+    its directory). ``beside``: directories beside the input before the run, a file in each."""
     from nipype import Function, Node, Workflow
 
     seen = {}
     for plugin, sea in (("MultiProc", None), ("SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "prefetch": True})):
         (source,) = _files(disk_dir / plugin, 1)
+        for name in beside:
+            (source.parent / name).mkdir()
+            (source.parent / name / "kept.txt").write_text(f"in {name} before the run")
         home = tmp_path / plugin if not beside_the_home else disk_dir / plugin / "work"
         wf = Workflow(name="changing", base_dir=str(home))
         changing = Node(Function(input_names=["in_file"], output_names=["out_file"], function=change), name="change")
@@ -548,6 +551,30 @@ def test_where_its_directory_cannot_be_overlaid_a_node_replacing_its_input_runs_
     seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _replace, beside_the_home=True)
     assert seen["SeaMultiProc"] == seen["MultiProc"] and seen["MultiProc"][1] == b"replaced by the node"
     report = RunReport.from_json(disk_dir / "SeaMultiProc" / "work" / "sea-report.json")
+    assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()
+
+
+def _renames_the_directory_beside(in_file):
+    import os
+
+    directory = os.path.dirname(in_file)
+    os.rename(os.path.join(directory, "derivatives"), os.path.join(directory, "derivatives.old"))  # a previous run's, set aside
+    os.mkdir(os.path.join(directory, "derivatives"))
+    with open(os.path.join(directory, "derivatives", "out.txt"), "w") as f:
+        f.write("made beside the input")
+    return in_file
+
+
+def test_a_node_renaming_a_directory_that_was_beside_its_prefetched_input_ends_as_under_multiproc(tmp_path, shm_dir, disk_dir):
+    """The thirteenth adversarial pass: in the view the input's directory is an overlay, where a
+    directory that was there before the node started cannot be renamed (``EXDEV``, the overlay
+    made without ``redirect_dir``): the node failed, where MultiProc's renames it. Now the node runs
+    again on the original files, as a node that could not rename its input does (EBUSY), and the
+    directory ends as MultiProc leaves it, the rerun said in the report."""
+    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, _renames_the_directory_beside, beside=("derivatives",))
+    assert seen["SeaMultiProc"] == seen["MultiProc"]
+    assert {"derivatives.old/kept.txt", "derivatives/out.txt"} <= set(seen["MultiProc"][3]), seen["MultiProc"][3]
+    report = RunReport.from_json(tmp_path / "SeaMultiProc" / "sea-report.json")
     assert report.busy_retries == 1 and report.prefetch_hits >= 1, report.to_text()
 
 
@@ -900,6 +927,28 @@ def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_ori
     assert str(source) in engine.prefetched("wf/a")
     assert engine.retry_elsewhere("wf/a", "OSError: [Errno 16] Device or resource busy: '/dev/sdz1'") is None
     assert engine.retry_elsewhere("wf/a", f"OSError: [Errno 16] Device or resource busy: '{source}.tmp' -> '{source}'") is not None
+    assert engine.report.busy_retries == 1
+    engine.node_finished("wf/a")
+    engine.close()
+
+
+def test_only_an_exdev_error_beside_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
+    """EXDEV for a rename elsewhere (across filesystems, the node's own) fails as under MultiProc;
+    one naming a path in the directory of an input file it read from a prefetched copy (an overlay
+    in its view) runs again."""
+    from sea import NodeSpec, SeaEngine, WorkflowGraph
+
+    (source,) = _files(disk_dir / "shared", 1)
+    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "prefetch": True, "progress": "off"})
+    engine = SeaEngine(config, tmp_path / "home")
+    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a", kind="job")]))
+    engine.expect_reads("wf/a", [str(source)])
+    engine.place("wf/a")
+    assert str(source) in engine.prefetched("wf/a")
+    elsewhere = f"OSError: [Errno 18] Invalid cross-device link: '{disk_dir}/derivatives' -> '{shm_dir}/derivatives'"
+    assert engine.retry_elsewhere("wf/a", elsewhere) is None
+    beside = f"OSError: [Errno 18] Invalid cross-device link: '{source.parent}/derivatives' -> '{source.parent}/derivatives.old'"
+    assert engine.retry_elsewhere("wf/a", beside) is not None
     assert engine.report.busy_retries == 1
     engine.node_finished("wf/a")
     engine.close()
