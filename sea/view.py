@@ -14,7 +14,8 @@ the user's own ids), and for each node mounts, visible to that process and its c
   whose lower layers are the copies' directories, then the directory itself. What the node does
   there (``sed -i``'s rename over its input, a ``derivatives/`` it makes beside it, a log it appends
   to) goes to an upper layer on a tier and is done in the real directory once, as the node returns
-  (:meth:`View._keep_input_changes`). Where that overlay cannot be made, the copy is bound over the
+  (:meth:`View._keep_input_changes`). Where that directory holds the home or a tier, they are
+  bound again over its overlay. Where that overlay cannot be made, the copy is bound over the
   original file (a rename over it then fails with EBUSY, and the node runs again on the originals:
   :meth:`sea.engine.SeaEngine.retry_elsewhere`).
 
@@ -39,6 +40,7 @@ import errno
 import logging
 import os
 import queue
+import re
 import shutil
 import stat
 import threading
@@ -361,8 +363,10 @@ class View:
         originals in ``directory``, its upper layer in ``scratch`` (on the view's own tmpfs), and
         return it for :meth:`_keep_input_changes`. It is attached to the directory by descriptor
         and unmounted by its own (:func:`_attach_overlay`): another user who renames the directory
-        or puts a link in its place meanwhile changes neither. ``OSError`` where it cannot be: the
-        directory holds, or is in, the home or a tier (an overlay there would hide the node's own),
+        or puts a link in its place meanwhile changes neither. The home and the tiers in the
+        directory (an input beside the work directory) are bound again over it, as the node sees
+        them. ``OSError`` where it cannot be: the directory is in the home or a tier, or holds
+        them and another filesystem (an overlay would hide it),
         the run's user may not write there (the overlay would let the node), it is not the run's
         user's own or others may write in it, or a copy is not named as its original. (What the node
         did is made again through descriptors, never through a link put in the place of a directory,
@@ -370,9 +374,13 @@ class View:
         mode, another user who may write there could put their own file at its name, and Sea would
         give it root's owner and the node's mode: the thirteenth adversarial pass made a setuid-root
         program so.)"""
-        kept = [self.home, self.at, self.physical, self.scratch, *self.roots]
-        if any(_within(str(p), Path(directory)) or _within(directory, p) for p in kept):
-            raise OSError(errno.EXDEV, "the directory holds the home or a tier, or is in one")
+        kept = [Path(os.path.realpath(p)) for p in (self.home, self.at, self.physical, self.scratch, *self.roots)]
+        resolved = os.path.realpath(directory)
+        if any(_within(resolved, p) for p in kept):
+            raise OSError(errno.EXDEV, "the directory is the home or a tier, or is in one")
+        # the home and the tiers in it (an input beside the work directory): bound again over its
+        # overlay, as the node sees them now (their own views in them), so that the overlay hides none
+        on_top = _bound_on_top(resolved, [kept[0], kept[3], *kept[4:]])
         if any(os.path.basename(original) != os.path.basename(copy) for original, copy in pairs):
             raise OSError(errno.EINVAL, "a copy is not named as its original")
         real = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -394,13 +402,21 @@ class View:
             # each layer by a descriptor: a few inputs' copies named by their tier paths passed the
             # 256 bytes the kernel takes for an option's value (no overlay, and the node's sed -i failed)
             copies: list[int] = []
+            held = []  # what goes on top of the overlay, opened before it covers them
             try:
                 for d in dict.fromkeys(os.path.dirname(c) for _o, c in pairs):
                     copies.append(os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+                held = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in on_top]
                 lowers = [f"/proc/self/fd/{fd}" for fd in [*copies, real]]
                 overlay.mount = _attach_overlay(real, lowers, {"upperdir": str(overlay.upper), "workdir": str(scratch / "w")})
+                try:
+                    for path, fd in held:  # unmounted with the overlay (detach)
+                        _mount(f"/proc/self/fd/{fd}", str(path), None, _MS_BIND | _MS_REC)
+                except OSError:
+                    overlay.detach()
+                    raise
             finally:
-                for fd in copies:
+                for fd in copies + [fd for _p, fd in held]:
                     os.close(fd)
         except BaseException:
             os.close(real)
@@ -769,6 +785,30 @@ def _replaced(upper: os.stat_result, there: os.stat_result) -> bool:
     directory, a directory for a file)."""
     kind = lambda st: stat.S_IFMT(st.st_mode)  # noqa: E731
     return kind(upper) != kind(there) or stat.S_ISLNK(there.st_mode)
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """``paths`` less those in another of them."""
+    return [p for p in paths if not any(q != p and _within(str(p), q) for q in paths)]
+
+
+def _bound_on_top(directory: str, kept: list[Path]) -> list[Path]:
+    """What to bind again over an overlay of ``directory`` for it to hide none of ``kept`` (the
+    home, the tiers' directories: real paths): those in it, each widened to a filesystem mounted in
+    ``directory`` that holds it (a tier's tmpfs there). ``OSError`` if another filesystem is
+    mounted in it (its mounts are not the node's to bind again)."""
+    inside = [p for p in kept if _within(str(p), Path(directory))]
+    if not inside:
+        return []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
+    for point in points:
+        if point == directory or not _within(point, Path(directory)) or any(_within(point, p) for p in inside):
+            continue
+        if not any(_within(str(p), Path(point)) for p in inside):
+            raise OSError(errno.EXDEV, "another filesystem is mounted in the directory, which holds the home or a tier")
+        inside.append(Path(point))  # a tier's own filesystem: bound whole
+    return _outermost(inside)
 
 
 def _within(path: str, directory: Path) -> bool:
