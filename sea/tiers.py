@@ -412,21 +412,47 @@ def _refuse_planted(path: Path, written: str, where: str) -> None:
         )
 
 
+_told_unmapped: set[str] = set()  # directories said to be taken as root's (unmapped_owner), once a process
+
+
+def unmapped_owner() -> int | None:
+    """In a user namespace that maps only some ids (Apptainer without setuid, rootless Podman:
+    often the user's own id only), the uid shown as the owner of every file of an id it does not
+    map (the kernel's overflow uid, 65534): the host's root's among them (``/``, ``/dev/shm``,
+    ``/tmp``, a cluster's ``/localscratch``); ``None`` outside one."""
+    try:
+        with open("/proc/self/uid_map", encoding="ascii") as f:
+            if [line.split() for line in f] == [["0", "0", "4294967295"]]:
+                return None
+        with open("/proc/sys/kernel/overflowuid", encoding="ascii") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def _refuse_writable_by_others(root: Path, written: str, where: str) -> None:
     """Whoever can write a directory can rename what is in it: another user who can write the tier
     root, or any directory above it, could swap Sea's private directory for a link to theirs (and
     have this user's nodes run there, its pickles read from there). So the tier root and every
     directory above it must belong to this user or to root and be writable by no one else, unless it
     is sticky (``/dev/shm``, ``/tmp``: there only an entry's owner may rename it) and owned by root
-    or this user. ``root`` is already resolved: no link is left in it."""
-    me = os.getuid()
+    or this user. ``root`` is already resolved: no link is left in it.
+
+    Inside a user namespace that does not map root (Apptainer's unprivileged mode), the host's
+    directories show an owner the namespace does not map (:func:`unmapped_owner`), which cannot be
+    told from another user it does not map: such a directory is taken as root's (the host's system
+    directories are), and said once; a tier inside another user's directory is then not refused."""
+    me, unmapped = os.getuid(), unmapped_owner()
+    taken = []  # owned by an unmapped user, taken as root's
     for directory in (root, *root.parents):
         try:
             st = os.stat(directory)
         except OSError:
-            return  # unreadable or gone: the caller's own checks say so
+            break  # unreadable or gone: the caller's own checks say so
         shared = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        if st.st_uid not in (me, 0):
+        if unmapped is not None and st.st_uid == unmapped and st.st_uid not in (me, 0):
+            taken.append(str(directory))
+        elif st.st_uid not in (me, 0):
             raise SeaConfigError(
                 f"{where}: {written!r} is not safe on a shared node: {str(directory)!r} belongs to uid {st.st_uid}, "
                 "who could swap Sea's directory under it; use a directory of your own outside theirs"
@@ -438,6 +464,12 @@ def _refuse_writable_by_others(root: Path, written: str, where: str) -> None:
                 f"who could swap Sea's directory under it; use a directory only you can write (chmod go-w {str(directory)!r}, "
                 "or a directory of your own in /dev/shm or $SLURM_TMPDIR)"
             )
+    if set(taken) - _told_unmapped:
+        _told_unmapped.update(taken)
+        logger.info(
+            "[Sea] %s: %s belong to a user this user namespace does not map (uid %d, as the host's root shows in a container "
+            "without privileges): taken as root's", where, ", ".join(map(repr, taken)), unmapped,
+        )  # fmt: skip
 
 
 def check_is_directory(spec: TierSpec, where: str) -> None:

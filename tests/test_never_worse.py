@@ -699,6 +699,55 @@ def _run_modes_workflow(plugin: str, base: str, tier: str) -> None:
     wf.run(plugin=plugin, plugin_args=args)
 
 
+def _modes(root: Path) -> dict[str, str]:
+    found = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            if not any(part.startswith(("_", ".")) or part.endswith((".pklz", ".json", ".rst")) for part in Path(rel).parts):
+                found[rel] = oct(stat.S_IMODE(os.lstat(path).st_mode))
+    return found
+
+
+def _in_a_user_namespace_of_ones_own(function, *args) -> None:
+    """``function(*args)`` as Apptainer without setuid (or rootless Podman) runs a container: in a
+    user namespace that maps the user's own ids only, where the host's root's directories (``/``,
+    ``/dev/shm``) show an owner it does not map (65534)."""
+    import ctypes
+
+    uid, gid, libc = os.getuid(), os.getgid(), ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: a process that dropped root's ids may then write its own maps
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1\n")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1\n")
+    assert os.stat("/dev/shm").st_uid not in (0, uid), "the host's root is mapped here"
+    function(*args)
+
+
+def test_in_a_container_without_privileges_the_hosts_dev_shm_is_a_tier_as_on_the_host(disk_dir, shm_dir, other_user):
+    """The fifteenth adversarial pass: in a user namespace that maps only the user's own ids
+    (Apptainer's unprivileged mode, rootless Podman's ``--userns=keep-id``) the host's ``/dev/shm``
+    and every directory above a tier show the overflow uid 65534, and Sea refused them as another
+    user's: a run with its tier named failed in one line where MultiProc runs, one with its tiers
+    found ran home-only. Such an owner is taken as root's (the host's system directories), and the
+    run places its nodes on the tier, its results those of MultiProc in the same namespace."""
+    uid, gid = other_user
+    for path in (disk_dir, shm_dir):
+        os.chown(path, uid, gid)
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        _as_user(other_user, disk_dir, _in_a_user_namespace_of_ones_own, _run_modes_workflow, plugin, str(disk_dir / plugin), str(shm_dir))
+    multiproc, sea = _modes(disk_dir / "MultiProc" / "modes"), _modes(disk_dir / "SeaMultiProc" / "modes")
+    assert multiproc["second/private"] == "0o700" and multiproc["shared.txt"]
+    for rel in ("second/private", "second/private/subject.txt", "last/private", "shared.txt"):
+        assert sea.get(rel) == multiproc.get(rel), (rel, sea.get(rel), multiproc.get(rel))
+    report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
+    assert report.success and report.tiers[0].nodes_placed == 4 and report.paths_recorded == "", report.to_text()
+    assert sea_private_dirs(shm_dir) == []
+
+
 def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(disk_dir, shm_dir, other_user):
     """Run by a user without privileges, nodes leave what the second adversarial pass found Sea
     mishandled, each of which MultiProc keeps: a directory only its owner may enter (it came home
@@ -710,18 +759,7 @@ def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(
         os.chown(path, uid, gid)
     for plugin in ("MultiProc", "SeaMultiProc"):
         _as_user(other_user, disk_dir, _run_modes_workflow, plugin, str(disk_dir / plugin), str(shm_dir))
-
-    def modes(root: Path) -> dict[str, str]:
-        found = {}
-        for dirpath, dirs, files in os.walk(root):
-            for name in dirs + files:
-                path = Path(dirpath) / name
-                rel = str(path.relative_to(root))
-                if not any(part.startswith(("_", ".")) or part.endswith((".pklz", ".json", ".rst")) for part in Path(rel).parts):
-                    found[rel] = oct(stat.S_IMODE(os.lstat(path).st_mode))
-        return found
-
-    multiproc, sea = modes(disk_dir / "MultiProc" / "modes"), modes(disk_dir / "SeaMultiProc" / "modes")
+    multiproc, sea = _modes(disk_dir / "MultiProc" / "modes"), _modes(disk_dir / "SeaMultiProc" / "modes")
     assert multiproc["second/private"] == "0o700" and multiproc["shared.txt"]
     for rel in ("second/private", "second/private/subject.txt", "last/private", "shared.txt"):
         assert sea.get(rel) == multiproc.get(rel), (rel, sea.get(rel), multiproc.get(rel))

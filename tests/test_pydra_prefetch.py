@@ -124,15 +124,17 @@ def AppendAndMeasure(in_file: File) -> int:
     return workflow.add(Size(in_file=appended.out), name="size").out
 
 
-def _cf_and_sea(tmp_path, shm_dir, disk_dir, workflow, seed: int, then=None) -> dict:
+def _cf_and_sea(tmp_path, shm_dir, disk_dir, workflow, seed: int, then=None, beside_the_cache: bool = False) -> dict:
     """Per worker, cf then sea with prefetch: ``workflow`` on an image of its own (Pydra reuses a
     workflow constructed for the same inputs' hash); (errored, the image's bytes before, after, the
-    names beside it). ``then(worker, sea, image)`` runs after each."""
+    names beside it). ``then(worker, sea, image)`` runs after each. ``beside_the_cache``: the
+    ``cache_root`` a directory beside the image."""
     seen = {}
     for n, (worker, sea) in enumerate((("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}], "prefetch": True}}))):
         (image,) = make_images(disk_dir / worker, 1, seed=seed + n)
         before = image.read_bytes()
-        with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **sea) as sub:
+        cache_root = image.parent / "cache" if beside_the_cache else tmp_path / worker
+        with Submitter(worker=worker, cache_root=cache_root, n_procs=2, **sea) as sub:
             result = sub(workflow(in_file=image))
         seen[worker] = (result.errored, before, image.read_bytes(), sorted(p.name for p in image.parent.iterdir()))
         if then is not None:
@@ -182,3 +184,14 @@ def test_a_job_replacing_its_prefetched_input_replaces_the_original_as_under_cf(
     assert seen["sea"][3] == seen["cf"][3], "a temporary was left beside the input"
     report = RunReport.from_json(tmp_path / "sea" / "sea-report.json")
     assert report.busy_retries == 0 and report.prefetch_hits == 1
+
+
+def test_a_job_replacing_its_prefetched_input_beside_its_cache_replaces_the_original_as_under_cf(tmp_path, shm_dir, disk_dir):
+    """The input's directory holds the ``cache_root``: its overlay has the cache bound again over
+    it (the jobs' directories and Pydra's lock files where Pydra looks for them), and the run ends
+    as under cf; nothing is rerun."""
+    seen = _cf_and_sea(tmp_path, shm_dir, disk_dir, ReplaceAndMeasure, seed=52, beside_the_cache=True)
+    assert seen["sea"][::2] == seen["cf"][::2] and seen["sea"][2] == seen["cf"][2] == b"replaced by the job"
+    assert seen["sea"][3] == seen["cf"][3] and "cache" in seen["cf"][3], "a temporary was left beside the input"
+    report = RunReport.from_json(disk_dir / "sea" / "cache" / "sea-report.json")
+    assert report.busy_retries == 0 and report.prefetch_hits == 1, report.to_text()
