@@ -151,6 +151,13 @@ class SeaEngine:
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
+        try:
+            str(self.home).encode("utf-8")
+        except UnicodeEncodeError:
+            raise SeaConfigError(
+                f"the work directory (Nipype's base_dir, Pydra's cache_root) {str(self.home)!r} has a name that is not UTF-8 "
+                "text (bytes of another encoding), which Sea's records cannot hold; give it a UTF-8 name"
+            ) from None
         self.home.mkdir(parents=True, exist_ok=True)
         check_sea_files(self.home)
         # one run per home: an engine of several (one per machine) is covered by its run's client

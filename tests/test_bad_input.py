@@ -471,3 +471,28 @@ def test_a_workflow_with_no_nodes_is_one_line(disk_dir, shm_dir):
     wf = Workflow(name="empty", base_dir=str(disk_dir / "work"))
     with pytest.raises(SeaError, match="the workflow has no nodes to run"):
         wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
+
+
+def test_a_work_directory_named_in_bytes_that_are_not_utf8_is_one_line_before_any_node(disk_dir, shm_dir):
+    """The fifteenth adversarial pass: a ``base_dir`` whose name holds bytes of another encoding
+    (``\\xff\\xfe``) ended the run in a traceback from Sea's own code (its tier directory's owner
+    file could not be written); MultiProc hangs on it. Now one line, before any node or task runs,
+    through both adapters."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import Study, make_images
+
+    data, out = disk_dir / "data", disk_dir / "out"
+    home = disk_dir / os.fsdecode(b"w\xff\xfex")
+    workflow = build_full(data, make_subjects(data, n_subjects=1, mib=0.1), home, out)
+    with pytest.raises(SeaConfigError) as info:
+        run(workflow, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
+    assert "not UTF-8" in one_line(info.value) and not out.exists(), info.value
+    images = make_images(disk_dir / "images", 1, side=8, seed=171)
+    with pytest.raises(SeaConfigError) as info:
+        with Submitter(worker="sea", cache_root=home / "cache", n_procs=1, sea={"tiers": [{"path": str(shm_dir)}]}) as sub:
+            sub(Study(in_files=images))
+    assert "not UTF-8" in one_line(info.value), info.value
+    assert not list(home.rglob("python-*")), "a task ran"
+    assert sea_private_dirs(shm_dir) == []
