@@ -158,10 +158,12 @@ def test_a_node_lists_a_directory_of_hundreds_of_node_directories_beside_it_neve
 
 
 def _two_nodes_appending(disk_dir, shm_dir, target, b_times, init, b_data, c_data, expected, crowded: int = 0) -> None:
+    """Under MultiProc and SeaMultiProc (Sea's alone when ``crowded``: the bytes expected are
+    MultiProc's, whose appends the cases above compare)."""
     from nipype import Function, Node, Workflow
 
     made = {}
-    for plugin in ("MultiProc", "SeaMultiProc"):
+    for plugin in ("MultiProc", "SeaMultiProc")[1 if crowded else 0 :]:
         (disk_dir / plugin / "wf" / "logs").mkdir(parents=True)
         for n in range(crowded):
             (disk_dir / plugin / "wf" / f"subject{n}").mkdir()
@@ -173,7 +175,7 @@ def _two_nodes_appending(disk_dir, shm_dir, target, b_times, init, b_data, c_dat
             wf.add_nodes([node])
         wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": {"tiers": [{"path": str(shm_dir)}]}} if plugin == "SeaMultiProc" else {})})
         made[plugin] = (disk_dir / plugin / "wf" / target.removeprefix("../")).read_bytes()
-    assert sorted(made["MultiProc"]) == sorted(expected), made  # the same bytes (MultiProc's in the order written)
+    assert crowded or sorted(made["MultiProc"]) == sorted(expected), made  # the same bytes (MultiProc's in the order written)
     assert made["SeaMultiProc"] == expected, made
     assert RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json").paths_recorded == ""
 

@@ -551,7 +551,7 @@ def test_a_node_replacing_its_prefetched_input_replaces_the_original_as_under_mu
     assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
 
 
-@pytest.mark.parametrize("change", ["replace", "log-mkdir-sed", "log-mkdir-sed-tier-beside"])
+@pytest.mark.parametrize("change", [pytest.param("replace", marks=pytest.mark.slow), "log-mkdir-sed", "log-mkdir-sed-tier-beside"])  # sed renames over it too
 def test_a_node_changing_its_input_beside_the_work_directory_does_it_once_as_under_multiproc(tmp_path, shm_dir, disk_dir, change):
     """An input in the directory that holds the home was not overlaid (the overlay would hide the
     node's own view): its copy was bound over the original, and a rename over it failed (EBUSY).
