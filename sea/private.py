@@ -220,10 +220,14 @@ def seen_by_lock(path: Path, host: str, namespace: str | None) -> bool:
     container), on this machine. On this host name; or under a host name of its own (a container's
     default: Docker's and Podman's without ``--network=host``) where ``path`` is on a filesystem
     only this machine serves (a tmpfs, a local disk), whose locks every process that can reach it
-    shares (another machine's lock on a network filesystem, or this one's exported, may not show)."""
-    if namespace is None or namespace == pid_namespace():
+    shares (another machine's lock on a network filesystem, or this one's exported, may not show).
+    A namespace recorded as this one's under another host name is a killed container's whose
+    namespace number a later container got (Podman's reuse them: the sixteenth adversarial pass):
+    its PID says nothing here either."""
+    here = socket.gethostname()
+    if namespace is None or (namespace == pid_namespace() and host == here):
         return False  # its PID says it (here), or another machine's run: neither the lock alone
-    if host == socket.gethostname():
+    if host == here:
         return True
     from .durable import filesystem_types
 

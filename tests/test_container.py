@@ -487,3 +487,29 @@ def test_apptainer_recipe_installs_what_the_dockerfile_installs():
     binds = [apptainer[i + 1] for i, word in enumerate(apptainer) if word == "-B"]
     assert binds == ["$SLURM_TMPDIR", "/data", "/scratch/$USER"]
     assert apptainer[apptainer.index("fmriprep-sea.sif") + 1 :] == docker[docker.index("fmriprep-sea:24.1.1") + 1 :]
+
+
+def test_a_killed_containers_run_recorded_with_this_namespace_number_is_judged_by_its_lock(tmpfs_factory, disk_dir):
+    """The sixteenth adversarial pass: Podman gives a new container the PID namespace number of one
+    killed before. A run killed in container ``hostA`` and resumed in container ``hostB`` found its
+    own namespace recorded under another host name: neither the killed run's PID nor its lock was
+    asked, only its heartbeat. The resume was refused for five minutes (MultiProc's resumes at once),
+    and the killed run's tier directory stayed (RAM of the node). Both are judged by the lock now,
+    free once its run is dead, on this machine's own filesystems."""
+    from sea.lock import LOCK, RunLock
+    from sea.private import OWNER_FILE, pid_namespace
+    from sea.tiers import dead_private_dirs
+
+    home = disk_dir / "work"
+    (home / LOCK).parent.mkdir(parents=True)
+    now = time.time()
+    killed = {"host": "ctr-killed", "pid": 1, "pidns": pid_namespace(), "flock": True, "started": now, "created": now}
+    (home / LOCK).write_text(json.dumps(killed))  # its heartbeat fresh, its lock free: killed a moment ago
+    taken = RunLock.acquire(home)
+    assert taken.killed_run_started is not None, "taken over without a word"
+    taken.release()
+    tier = tmpfs_factory("8m")
+    left = tier / "sea-killedctr"
+    left.mkdir(mode=0o700)
+    (left / OWNER_FILE).write_text(f"1 ctr-killed /work\n{pid_namespace()}\n")
+    assert dead_private_dirs(tier) == [left], "a killed container's tier directory is kept"
