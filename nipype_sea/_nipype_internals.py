@@ -99,11 +99,23 @@ def nipype_version_supported(version: str = nipype.__version__) -> bool:
 
 # ------------------------------------------------------------------------- nodes
 def workflow_home(graph) -> Path | None:
-    """The workflow's ``base_dir`` (every execution node carries it), or ``None`` if unset."""
+    """The workflow's ``base_dir`` (every execution node carries it), or ``None`` if unset.
+    ``SeaConfigError`` for a name that is not UTF-8 text: Nipype's workers do not find the results
+    they write there (a ``FileNotFoundError`` in the worker), and MultiProc then waits for good."""
     base_dirs = {node.base_dir for node in graph.nodes()}
     if len(base_dirs) != 1 or None in base_dirs:
         return None
-    return Path(base_dirs.pop()).resolve()
+    home = Path(base_dirs.pop()).resolve()
+    try:
+        str(home).encode("utf-8")
+    except UnicodeEncodeError:
+        from sea.config import SeaConfigError
+
+        raise SeaConfigError(
+            f"base_dir {str(home)!r} has a name that is not UTF-8 text (bytes of another encoding), in which Nipype's "
+            "workers do not find the results they write (MultiProc waits for them for good); give it a UTF-8 name"
+        ) from None
+    return home
 
 
 def use_temporary_home(graph) -> Path:

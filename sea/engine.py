@@ -151,13 +151,6 @@ class SeaEngine:
         self.config = config
         self.log = log or logging.getLogger("sea")
         self.home = Path(home).resolve()
-        try:
-            str(self.home).encode("utf-8")
-        except UnicodeEncodeError:
-            raise SeaConfigError(
-                f"the work directory (Nipype's base_dir, Pydra's cache_root) {str(self.home)!r} has a name that is not UTF-8 "
-                "text (bytes of another encoding), which Sea's records cannot hold; give it a UTF-8 name"
-            ) from None
         self.home.mkdir(parents=True, exist_ok=True)
         check_sea_files(self.home)
         # one run per home: an engine of several (one per machine) is covered by its run's client
@@ -763,9 +756,9 @@ class SeaEngine:
                 return None
             if self.machine is not None:  # one machine of a Dask run: its worker processes are threaded
                 return None
-            unmapped = self._unmapped_group
-            if unmapped:
-                self.view_refused(unmapped)
+            impossible = self._unmapped_group or self._home_named_in_other_bytes
+            if impossible:
+                self.view_refused(impossible)
                 return None
             p = node.placement
             roots = tuple(t.workdir for t in tiers) + tuple(self.home / ".sea" / name for name in ("parts", "unpacked", "replicas"))
@@ -810,6 +803,17 @@ class SeaEngine:
             return ""
         return (f"the work directory {self.home} belongs to group {group}, not to your own group {os.getegid()}, and a "
                 "private mount namespace of a user without privileges maps only their own group")
+
+    @functools.cached_property
+    def _home_named_in_other_bytes(self) -> str:
+        """Why a view would fail nodes, if it would: a work directory whose name is not UTF-8 text
+        makes the mount table of a process with a view unreadable to programs that list it as text
+        (``mount``; Pydra's, as a task copies a file), where the engine's own plugin mounts nothing."""
+        try:
+            str(self.home).encode("utf-8")
+        except UnicodeEncodeError:
+            return f"the work directory {str(self.home)!r} has a name that is not UTF-8 text, which a view's mounts would put in the mount table"
+        return ""
 
     def view_refused(self, reason: str) -> None:
         """A worker process could not show a node its view (:func:`sea.view.enter`): nodes run at

@@ -94,7 +94,7 @@ class PrivateDir:
             private.check()  # swapped between mkdtemp and open
             fcntl.flock(fd, fcntl.LOCK_EX)  # before the owner file: a sweep (in_use) judges only a directory that has one
             made = os.open(OWNER_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
-            with os.fdopen(made, "w") as f:
+            with os.fdopen(made, "w", encoding="utf-8", errors="surrogateescape") as f:  # a home named in other bytes
                 f.write(owner + "\n")
         except BaseException:
             private.remove_all()
