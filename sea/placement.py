@@ -26,6 +26,16 @@ EBUSY_TEXT = (os.strerror(errno.EBUSY), f"[Errno {errno.EBUSY}]")  # a mount poi
 EXDEV_TEXT = (os.strerror(errno.EXDEV), f"[Errno {errno.EXDEV}]")  # an overlay's lower directory not renamed: beside a copy in the view
 
 
+def _not_done_in_its_view(error_text: str, on_a_copy: bool, beside_a_copy: bool) -> str | None:
+    """What a node could not do to a prefetched input, or beside it, that it could without its
+    view's mounts (see :meth:`Placer.retry_elsewhere`), else ``None``."""
+    if on_a_copy and any(t in error_text for t in EBUSY_TEXT):
+        return "replace, rename or remove an input file it read from a prefetched copy (bound over the original in its view)"
+    if beside_a_copy and any(t in error_text for t in EXDEV_TEXT):
+        return "rename a directory beside an input file it read from a prefetched copy (that directory is an overlay in its view)"
+    return None
+
+
 class Placer:
     """``inputs_moved(key)`` is called when a placed directory is dropped or replicated here: the
     nodes that read it rank differently (:mod:`sea.ordering`)."""
@@ -124,17 +134,8 @@ class Placer:
             run.log.warning("[Sea] %s ran out of space on %s; rerunning it on the next tier", key, p.tier.name)
             run.report.enospc_retries += 1
             run.estimator.learn(node.spec.kind, 2 * p.reserved)
-        elif on_a_copy and any(t in error_text for t in EBUSY_TEXT):
-            run.log.warning(
-                "[Sea] %s could not replace, rename or remove an input file it read from a prefetched copy (bound over the "
-                "original in its view); rerunning it on the original files", key,
-            )  # fmt: skip
-            run.report.busy_retries += 1
-        elif beside_a_copy and any(t in error_text for t in EXDEV_TEXT):
-            run.log.warning(
-                "[Sea] %s could not rename a directory beside an input file it read from a prefetched copy (that directory is an "
-                "overlay in its view); rerunning it on the original files", key,
-            )  # fmt: skip
+        elif (what := _not_done_in_its_view(error_text, on_a_copy, beside_a_copy)) is not None:
+            run.log.warning("[Sea] %s could not %s; rerunning it on the original files", key, what)
             run.report.busy_retries += 1
         elif p.tier.noexec and any(t in error_text for t in EACCES_TEXT):
             run.log.warning("[Sea] %s could not run a program on %s, mounted noexec; rerunning it on the next tier", key, p.tier.name)

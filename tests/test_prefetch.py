@@ -925,9 +925,20 @@ def test_the_owner_and_mode_a_put_back_gives_never_go_through_a_link_put_at_its_
     assert (regular.stat().st_uid, regular.stat().st_mode & 0o777) == (65534, 0o640)
 
 
-def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
-    """A node that failed on EBUSY for a path of its own (a device, another mount) fails as under
-    MultiProc; one whose EBUSY names an input file it read from a prefetched copy runs again."""
+@pytest.mark.parametrize(
+    ("elsewhere", "named"),
+    [
+        ("OSError: [Errno 16] Device or resource busy: '/dev/sdz1'", "OSError: [Errno 16] Device or resource busy: '{source}.tmp' -> '{source}'"),
+        ("OSError: [Errno 18] Invalid cross-device link: '{disk}/derivatives' -> '{shm}/derivatives'",
+         "OSError: [Errno 18] Invalid cross-device link: '{beside}/derivatives' -> '{beside}/derivatives.old'"),
+    ],
+    ids=["EBUSY", "EXDEV"],
+)  # fmt: skip
+def test_only_an_error_on_a_file_read_from_a_copy_or_beside_it_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir, elsewhere, named):
+    """A node that failed on EBUSY for a path of its own (a device, another mount), or on EXDEV for a
+    rename of its own across filesystems, fails as under MultiProc; one whose EBUSY names an input
+    file it read from a prefetched copy, or whose EXDEV names a path in such a file's directory (an
+    overlay in its view), runs again."""
     from sea import NodeSpec, SeaEngine, WorkflowGraph
 
     (source,) = _files(disk_dir / "shared", 1)
@@ -937,30 +948,9 @@ def test_only_a_busy_error_on_a_file_read_from_a_copy_reruns_the_node_on_the_ori
     engine.expect_reads("wf/a", [str(source)])
     engine.place("wf/a")
     assert str(source) in engine.prefetched("wf/a")
-    assert engine.retry_elsewhere("wf/a", "OSError: [Errno 16] Device or resource busy: '/dev/sdz1'") is None
-    assert engine.retry_elsewhere("wf/a", f"OSError: [Errno 16] Device or resource busy: '{source}.tmp' -> '{source}'") is not None
-    assert engine.report.busy_retries == 1
-    engine.node_finished("wf/a")
-    engine.close()
-
-
-def test_only_an_exdev_error_beside_a_file_read_from_a_copy_reruns_the_node_on_the_originals(tmp_path, shm_dir, disk_dir):
-    """EXDEV for a rename elsewhere (across filesystems, the node's own) fails as under MultiProc;
-    one naming a path in the directory of an input file it read from a prefetched copy (an overlay
-    in its view) runs again."""
-    from sea import NodeSpec, SeaEngine, WorkflowGraph
-
-    (source,) = _files(disk_dir / "shared", 1)
-    config = SeaConfig.load({"tiers": [{"path": str(shm_dir)}], "prefetch": True, "progress": "off"})
-    engine = SeaEngine(config, tmp_path / "home")
-    engine.update_graph(WorkflowGraph.from_specs([NodeSpec("wf/a", kind="job")]))
-    engine.expect_reads("wf/a", [str(source)])
-    engine.place("wf/a")
-    assert str(source) in engine.prefetched("wf/a")
-    elsewhere = f"OSError: [Errno 18] Invalid cross-device link: '{disk_dir}/derivatives' -> '{shm_dir}/derivatives'"
-    assert engine.retry_elsewhere("wf/a", elsewhere) is None
-    beside = f"OSError: [Errno 18] Invalid cross-device link: '{source.parent}/derivatives' -> '{source.parent}/derivatives.old'"
-    assert engine.retry_elsewhere("wf/a", beside) is not None
+    places = {"source": source, "beside": source.parent, "disk": disk_dir, "shm": shm_dir}
+    assert engine.retry_elsewhere("wf/a", elsewhere.format(**places)) is None
+    assert engine.retry_elsewhere("wf/a", named.format(**places)) is not None
     assert engine.report.busy_retries == 1
     engine.node_finished("wf/a")
     engine.close()
