@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,6 @@ import pytest
 import yaml
 
 from sea import SeaConfig, SeaConfigError
-from sea.report import RunReport
 from sea.tiers import StorageHierarchy
 
 from conftest import build_tiers_as, sea_private_dirs
@@ -474,33 +474,50 @@ def test_a_workflow_with_no_nodes_is_one_line(disk_dir, shm_dir):
         wf.run(plugin="SeaMultiProc", plugin_args={"n_procs": 2, "sea": {"tiers": [{"path": str(shm_dir)}]}})
 
 
+NOT_UTF8_RUNS = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from pydra.engine.submitter import Submitter
+from nipype_workflows import build_full, make_subjects, run
+from pydra_workflows import Study, make_images
+from sea import SeaConfigError
+from sea.report import RunReport
+disk, shm = Path(sys.argv[1]), sys.argv[2]
+data, out, home = disk / "data", disk / "out", disk / os.fsdecode(b"w\\xff\\xfex")
+seen = {}
+try:
+    run(build_full(data, make_subjects(data, n_subjects=1, mib=0.1), home, out), "SeaMultiProc", {"tiers": [{"path": shm}]})
+except SeaConfigError as e:
+    seen["nipype"] = str(e)
+seen["nipype_out"] = out.exists()
+images = make_images(disk / "images", 1, side=8, seed=171)
+for worker in ("cf", "sea"):
+    sea = {"sea": {"tiers": [{"path": shm}]}} if worker == "sea" else {}
+    with Submitter(worker=worker, cache_root=home / worker, n_procs=2, **sea) as sub:
+        result = sub(Study(in_files=images))
+    seen[worker] = None if result.errored else Path(result.outputs.mean).read_bytes().hex()
+report = RunReport.from_json(home / "sea" / "sea-report.json")
+seen["report"] = [report.success, report.paths_recorded]
+print(json.dumps(seen))
+"""
+
+
 def test_a_work_directory_named_in_bytes_that_are_not_utf8_is_one_line_for_nipype_and_runs_under_pydra(disk_dir, shm_dir):
     """The fifteenth adversarial pass: a ``base_dir`` whose name holds bytes of another encoding
     (``\\xff\\xfe``) ended the run in a traceback from Sea's own code (its tier directory's owner
     file could not be written). MultiProc waits for good there (its workers do not find the results
     they wrote): SeaMultiProc refuses it in one line before any node runs. Pydra's ``cf`` runs
     there (the sixteenth pass: Sea refused it): so does ``sea``, its tasks at their tier paths (a
-    view's mounts there made the mount table unreadable to Pydra), with ``cf``'s results."""
+    view's mounts there made the mount table unreadable to Pydra), with ``cf``'s results. In a
+    process of its own: what it logs names that path, which pytest-xdist cannot send as text."""
     pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
-    from pydra.engine.submitter import Submitter
-
-    from pydra_workflows import Study, make_images
-
-    data, out = disk_dir / "data", disk_dir / "out"
-    home = disk_dir / os.fsdecode(b"w\xff\xfex")
-    workflow = build_full(data, make_subjects(data, n_subjects=1, mib=0.1), home, out)
-    with pytest.raises(SeaConfigError) as info:
-        run(workflow, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
-    assert "not UTF-8" in one_line(info.value) and not out.exists(), info.value
-    images = make_images(disk_dir / "images", 1, side=8, seed=171)
-    means = {}
-    for worker in ("cf", "sea"):
-        sea = {"sea": {"tiers": [{"path": str(shm_dir)}]}} if worker == "sea" else {}
-        with Submitter(worker=worker, cache_root=home / worker, n_procs=2, **sea) as sub:
-            result = sub(Study(in_files=images))
-        assert not result.errored, worker
-        means[worker] = Path(result.outputs.mean).read_bytes()
-    assert means["sea"] == means["cf"]
-    report = RunReport.from_json(home / "sea" / "sea-report.json")
-    assert report.success and "not UTF-8" in report.paths_recorded, report.to_text()
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", NOT_UTF8_RUNS, str(disk_dir), str(shm_dir), str(tests)], capture_output=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr.decode(errors="backslashreplace")[-3000:]
+    seen = json.loads(done.stdout.decode().splitlines()[-1])
+    assert "not UTF-8" in seen.get("nipype", "") and "\n" not in seen["nipype"] and not seen["nipype_out"], seen
+    assert seen["cf"] is not None and seen["sea"] == seen["cf"], "sea's results are not cf's"
+    assert seen["report"][0] and "not UTF-8" in seen["report"][1], seen["report"]
     assert sea_private_dirs(shm_dir) == []
