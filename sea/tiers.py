@@ -420,11 +420,11 @@ def unmapped_owner() -> int | None:
     often the user's own id only), the uid shown as the owner of every file of an id it does not
     map (the kernel's overflow uid, 65534): the host's root's among them (``/``, ``/dev/shm``,
     ``/tmp``, a cluster's ``/localscratch``); ``None`` outside one."""
-    try:
-        with open("/proc/self/uid_map", encoding="ascii") as f:
-            if [line.split() for line in f] == [["0", "0", "4294967295"]]:
+    try:  # bytes: a process without the standard library's codecs at hand reads them too
+        with open("/proc/self/uid_map", "rb") as f:
+            if f.read().split() == [b"0", b"0", b"4294967295"]:
                 return None
-        with open("/proc/sys/kernel/overflowuid", encoding="ascii") as f:
+        with open("/proc/sys/kernel/overflowuid", "rb") as f:
             return int(f.read())
     except (OSError, ValueError):
         return None
