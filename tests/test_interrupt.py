@@ -37,12 +37,13 @@ def wait_for(pipeline: Pipeline, root, proc, event: str, count: int) -> None:
 
 
 def _stops() -> list:
-    """Each adapter with each signal; by default each signal once (Ctrl-C to a Nipype run, SLURM's
-    SIGTERM to a Pydra one: the same handler), every pair with --run-slow."""
+    """Each adapter with each signal; by default SLURM's SIGTERM to a Pydra run (Ctrl-C goes to the
+    same handler; a Nipype run's SIGTERM is tested by default in test_never_worse and test_dask),
+    every pair with --run-slow."""
     pairs = []
     for adapter in adapters():
         name, marks = (adapter, ()) if isinstance(adapter, str) else (adapter.values[0], adapter.marks)
-        for signum, default in ((signal.SIGINT, name == "nipype"), (signal.SIGTERM, name != "nipype")):
+        for signum, default in ((signal.SIGINT, False), (signal.SIGTERM, name != "nipype")):
             pairs.append(pytest.param(name, signum, marks=[*marks, *(() if default else (pytest.mark.slow,))], id=f"{name}-{signum.name}"))
     return pairs
 

@@ -16,6 +16,7 @@ tiers are /dev/shm (RAM: its pages count against the cgroup) then a directory on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -149,6 +150,12 @@ def three_inputs(root: Path) -> list[str]:
     return [str(root / "data" / f"in{i}.bin") for i in range(3)]
 
 
+def hungry_outputs(inputs: list[str], steps: int) -> dict[str, bytes]:
+    """What MultiProc's run of HUNGRY (2 steps) or HUNGRY_ONE_KIND (1) leaves in its sink: each
+    input with a byte of 1 added per step (the functions are pure; ``tree_files`` layout)."""
+    return {f"chain{i}/out.bin": Path(path).read_bytes() + b"\x01" * steps for i, path in enumerate(inputs)}
+
+
 def run_in_cgroup(limit: int, cmd: list[str], timeout: float = 240) -> tuple[subprocess.CompletedProcess, int]:
     with MemoryCgroup(limit) as cgroup:
         done = subprocess.run(cmd, preexec_fn=cgroup.enter, cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -195,13 +202,11 @@ def test_a_worker_lost_to_the_oom_killer_reruns_its_node(shared, tmp_path):
     inputs = three_inputs(root)
     script = tmp_path / "hungry.py"
     script.write_text(HUNGRY)
-    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), str(tmp_path / "ref-out"), "MultiProc", "", *inputs], cwd=REPO, capture_output=True, text=True)
-    assert reference.returncode == 0, reference.stderr[-3000:]
 
     done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), str(root / "out"), "SeaMultiProc", str(config), *inputs])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
-    assert tree_files(root / "out") == tree_files(tmp_path / "ref-out")
+    assert tree_files(root / "out") == hungry_outputs(inputs, steps=2)
     report = RunReport.from_json(root / "work" / "sea-report.json")
     assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
     assert report.memory.oom_kills == oom_kills
@@ -219,14 +224,12 @@ def test_memory_a_node_was_measured_to_hold_is_reserved_for_its_kind_in_the_next
     inputs = three_inputs(root)
     script = tmp_path / "hungry_one_kind.py"
     script.write_text(HUNGRY_ONE_KIND)
-    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), str(tmp_path / "ref-out"), "MultiProc", "", "150", *inputs], cwd=REPO, capture_output=True, text=True)
-    assert reference.returncode == 0, reference.stderr[-3000:]
 
     runs = []
     for mib in (150, 151):  # the second run: a changed input, so every node runs again
         done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), str(root / "out"), "SeaMultiProc", str(config), str(mib), *inputs])
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert tree_files(root / "out") == tree_files(tmp_path / "ref-out")
+        assert tree_files(root / "out") == hungry_outputs(inputs, steps=1)
         runs.append((done, oom_kills, RunReport.from_json(root / "work" / "sea-report.json")))
     (first, _, _), (second, second_kills, report) = runs
     assert "more than the 10.2 MiB it declares" in first.stderr, first.stderr[-3000:]
@@ -245,13 +248,12 @@ def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
     inputs = three_inputs(root)
     script = tmp_path / "hungry_pydra.py"
     script.write_text(HUNGRY_PYDRA)
-    reference = subprocess.run([sys.executable, str(script), str(tmp_path / "ref"), "cf", "", "150", *inputs], cwd=REPO, capture_output=True, text=True)
-    assert reference.returncode == 0, reference.stderr[-3000:]
+    expected = [hashlib.sha256(content).hexdigest() for content in hungry_outputs(inputs, steps=2).values()]  # cf's
 
     done, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), "150", *inputs])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert oom_kills >= 1  # the situation is real: the kernel did kill a worker
-    assert done.stdout.split() == reference.stdout.split() and len(done.stdout.split()) == 3
+    assert done.stdout.split() == expected
     report = RunReport.from_json(root / "work" / "sea-report.json")
     assert report.lost_worker_retries >= 1 and report.nodes_failed == 0
     assert report.memory.oom_kills == oom_kills
@@ -261,7 +263,7 @@ def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
     # so the second job of a kind waits for the first instead of starting beside it
     again, oom_kills = run_in_cgroup(330 * MiB, [sys.executable, str(script), str(root / "work"), "sea", str(config), "151", *inputs])
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert again.stdout.split() == reference.stdout.split()
+    assert again.stdout.split() == expected
     report = RunReport.from_json(root / "work" / "sea-report.json")
     assert oom_kills == 0 and report.lost_worker_retries == 0, again.stderr[-3000:]
     assert report.nodes_run == 6 and report.memory.nodes_held >= 1

@@ -65,29 +65,30 @@ def images(tmp_path):
     return make_images(tmp_path / "data", 2, side=16, seed=15)
 
 
-def test_a_changed_parameter_reruns_what_cf_reruns(tmp_path, shm_dir, images):
+@pytest.mark.parametrize("mode", [pytest.param("none", marks=pytest.mark.slow), "auto", pytest.param("all", marks=pytest.mark.slow)])
+def test_a_changed_parameter_reruns_what_cf_reruns(tmp_path, shm_dir, images, mode):
+    """With each checkpoint mode (``auto``, the default, by default; the others with --run-slow)."""
     cf_cache = tmp_path / "cf"
     reference_first, _ = run("cf", cf_cache, images)
     reference, theirs = run("cf", cf_cache, images, threshold=0.25)
     assert len(theirs) == 2, f"cf should rerun the last step of each subject, ran {sorted(theirs)}"
     names = kinds(cf_cache)
     figures = {"cf": len(theirs)}
-    for mode in ("none", "auto", "all"):
-        cache = tmp_path / mode
-        run("sea", cache, images, shm_dir, mode)
-        outputs, ours = run("sea", cache, images, shm_dir, mode, threshold=0.25)
-        for mine, ref in zip(outputs, reference, strict=True):
-            assert filecmp.cmp(mine, ref, shallow=False), f"{mode}: {mine} differs from cf's"
-        figures[mode] = len(ours)
-        preps = {k for k in ours if names.get(k) == "Prep"}
-        assert theirs <= ours, f"{mode}: did not rerun what cf reran"
-        if mode == "all":
-            assert ours == theirs, f"all: ran {sorted(ours - theirs)} beside what cf ran"
-        elif mode == "auto":
-            assert not preps, "auto recomputed the expensive step"
-        else:
-            assert len(preps) == 2, "none: the expensive step's directory was evicted, so it runs again"
-        assert not list(shm_dir.iterdir())
+    cache = tmp_path / mode
+    run("sea", cache, images, shm_dir, mode)
+    outputs, ours = run("sea", cache, images, shm_dir, mode, threshold=0.25)
+    for mine, ref in zip(outputs, reference, strict=True):
+        assert filecmp.cmp(mine, ref, shallow=False), f"{mode}: {mine} differs from cf's"
+    figures[mode] = len(ours)
+    preps = {k for k in ours if names.get(k) == "Prep"}
+    assert theirs <= ours, f"{mode}: did not rerun what cf reran"
+    if mode == "all":
+        assert ours == theirs, f"all: ran {sorted(ours - theirs)} beside what cf ran"
+    elif mode == "auto":
+        assert not preps, "auto recomputed the expensive step"
+    else:
+        assert len(preps) == 2, "none: the expensive step's directory was evicted, so it runs again"
+    assert not list(shm_dir.iterdir())
     print(f"\nlast step changed: jobs executed {figures}")
 
 
