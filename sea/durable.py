@@ -78,7 +78,7 @@ class Mount(NamedTuple):
 def mount_table(mountinfo: str | None = None) -> list[Mount]:
     """This process's mounts (or those ``mountinfo``'s text gives), paths unescaped."""
     if mountinfo is None:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
+        mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="surrogateescape")  # a mount point named in other bytes
     mounts = []
     for line in mountinfo.splitlines():
         fields = line.split()

@@ -40,7 +40,6 @@ import errno
 import logging
 import os
 import queue
-import re
 import shutil
 import stat
 import threading
@@ -49,6 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .durable import mount_table
 from .puts import PutRecords
 from .stager import identity, link_beside, own_like, put_back, stage_copy
 
@@ -374,13 +374,15 @@ class View:
         mode, another user who may write there could put their own file at its name, and Sea would
         give it root's owner and the node's mode: the thirteenth adversarial pass made a setuid-root
         program so.)"""
-        kept = [Path(os.path.realpath(p)) for p in (self.home, self.at, self.physical, self.scratch, *self.roots)]
+        def real(*paths: Path) -> list[Path]:
+            return [Path(os.path.realpath(p)) for p in paths]
+
         resolved = os.path.realpath(directory)
-        if any(_within(resolved, p) for p in kept):
+        if any(_within(resolved, p) for p in real(self.home, self.at, self.physical, self.scratch, *self.roots)):
             raise OSError(errno.EXDEV, "the directory is the home or a tier, or is in one")
         # the home and the tiers in it (an input beside the work directory): bound again over its
         # overlay, as the node sees them now (their own views in them), so that the overlay hides none
-        on_top = _bound_on_top(resolved, [kept[0], kept[3], *kept[4:]])
+        on_top = _bound_on_top(resolved, real(self.home, self.scratch, *self.roots))
         if any(os.path.basename(original) != os.path.basename(copy) for original, copy in pairs):
             raise OSError(errno.EINVAL, "a copy is not named as its original")
         real = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -800,9 +802,7 @@ def _bound_on_top(directory: str, kept: list[Path]) -> list[Path]:
     inside = [p for p in kept if _within(str(p), Path(directory))]
     if not inside:
         return []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-        points = [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4]) for line in f]
-    for point in points:
+    for point in (mount.mountpoint for mount in mount_table()):
         if point == directory or not _within(point, Path(directory)) or any(_within(point, p) for p in inside):
             continue
         if not any(_within(str(p), Path(point)) for p in inside):
