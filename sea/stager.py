@@ -23,6 +23,7 @@ its directory is done with and the copy cannot start now: it would hold its tier
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -617,6 +618,33 @@ class FlushBatch:
         return sum(size for size, _ in self.timings)
 
 
+class _Slots:
+    """``n`` files written at once, granted in the order asked: a thread that gives its slot back and
+    asks again queues behind those already waiting (a semaphore lets it barge in, and a file taken
+    from the queue earlier would wait behind files taken after it)."""
+
+    def __init__(self, n: int):
+        self._free = n
+        self._waiting: collections.deque[threading.Event] = collections.deque()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._free and not self._waiting:
+                self._free -= 1
+                return
+            granted = threading.Event()
+            self._waiting.append(granted)
+        granted.wait()
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()  # handed over: it is never free in between
+            else:
+                self._free += 1
+
+
 WRITE, RENAME = 1, 0  # a queued file's step: renames (of a batch all written and synced) go before any write
 
 
@@ -625,7 +653,11 @@ class Stager:
     when each is done."""
 
     def __init__(self, threads: int, retries: int = 3, backoff: float = 0.2, guard: Callable[[], None] | None = None):
-        self._threads_wanted = threads
+        self._threads_wanted = threads  # files written at once: the streams the link carries
+        # Twice as many threads: while ``threads`` of them write, the others make the written
+        # batches durable, rename them in place and settle them (metadata only: on a busy shared
+        # filesystem each operation waits on its server), so the link never idles for that work.
+        self._slots = _Slots(threads)
         self._guard = guard  # called before a copy makes a missing directory: raises a SeaError to refuse
         self._threads: list[threading.Thread] = []  # started with the first copy
         self._queue: queue.PriorityQueue = queue.PriorityQueue()
@@ -672,7 +704,7 @@ class Stager:
             if priority == CHECKPOINT:
                 self._optional_bytes += batch._bytes_left
             self._pending[priority] = self._pending.get(priority, 0) + len(batch.files)
-            while len(self._threads) < self._threads_wanted:
+            while len(self._threads) < 2 * self._threads_wanted:
                 thread = threading.Thread(target=self._work, name=f"sea-stager_{len(self._threads)}", daemon=True)
                 thread.start()
                 self._threads.append(thread)
@@ -751,11 +783,13 @@ class Stager:
                     with self._idle:
                         self._idle.wait(0.2)  # woken when a copy settles or another is submitted
                     continue
-                elif not self._take(batch):
-                    continue  # cancelled since it was taken from the queue
-                elif not self._written(batch, src, dst, priority):
-                    self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
-                    continue
+                else:
+                    with self._slots:  # one of the files written at once
+                        if not self._take(batch):
+                            continue  # cancelled since it was taken from the queue
+                        if not self._written(batch, src, dst, priority):
+                            self._queue.put(item)  # it gave way to a copy the run needs: again later, from the start
+                            continue
             except Exception as exc:  # noqa: BLE001 - a thread that dies would leave its batch unsettled, drain() waiting
                 if priority != CHECKPOINT:
                     logger.exception("[Sea] copying %s to %s failed", src, dst)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,31 @@ def test_stager_reports_a_persistent_error_and_keeps_the_source(shm_dir, disk_di
     stager.close()
     assert done and done[0].errors and str(blocker / "a.txt") in done[0].errors[0]
     assert src.exists()
+
+
+def test_the_stager_writes_the_next_file_while_a_written_batch_is_settled(shm_dir, disk_dir):
+    """On a busy filesystem each metadata operation waits on its server: making a written batch
+    durable, renaming it in place and settling it must not hold a write slot, or the link idles."""
+    for name in ("a", "b"):
+        (shm_dir / name).write_bytes(name.encode() * 4096)
+    settling, release, done = threading.Event(), threading.Event(), []
+
+    def slow_settle(batch: FlushBatch) -> None:  # the first batch's settling, held until the second is done
+        settling.set()
+        release.wait(10)
+        done.append(batch.key)
+
+    stager = Stager(threads=1)  # one file written at a time
+    stager.submit(FlushBatch("a", [(shm_dir / "a", disk_dir / "a")], slow_settle))
+    assert settling.wait(10)
+    stager.submit(FlushBatch("b", [(shm_dir / "b", disk_dir / "b")], lambda batch: done.append(batch.key)))
+    deadline = time.monotonic() + 10
+    while "b" not in done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    stager.close()
+    assert done == ["b", "a"], "the second batch waited for the first one's settling"
+    assert (disk_dir / "b").read_bytes() == b"b" * 4096
 
 
 def chain_specs(n: int, sink_out: Path) -> list[NodeSpec]:
