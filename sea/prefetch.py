@@ -113,6 +113,7 @@ class Prefetcher:
     _closed: bool = False
     _pays: bool | None = None  # None: enabled: auto, not measured yet
     _probe: Future | None = None  # enabled: auto: the measure under way (see _measure)
+    _fds: dict[str, int] = field(default_factory=dict)  # tier name -> its private directory, held open while copies are made (see _through_fd)
 
     def __post_init__(self) -> None:
         if self.spec.enabled is True:
@@ -268,6 +269,24 @@ class Prefetcher:
         with self._lock:
             for copy in list(self._copies.values()):
                 self._drop(copy)
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+    def _through_fd(self, tier: Tier, path: Path) -> Path:
+        """``path``, in ``tier``'s private directory, as written: through that directory's
+        descriptor, held open (``/proc/self/fd``), not its name. On a tier whose parent another user
+        may change (a sticky directory trusted in a user namespace: docs/containers.md), a name
+        swapped for a link would take the copies of the user's inputs where that user reads them;
+        the descriptor reaches only the directory Sea made (0700: nobody else writes in it)."""
+        if not os.path.isdir("/proc/self/fd"):
+            return path  # no /proc mounted: by name, as it was checked when the tier was made
+        with self._lock:
+            if tier.name not in self._fds:
+                with tier.private.lock:
+                    self._fds[tier.name] = os.dup(tier.private.fd)  # its own: never closed nor reused under a copy
+            fd = self._fds[tier.name]
+        return Path(f"/proc/self/fd/{fd}") / path.relative_to(tier.workdir)
 
     def _write_back(self, copy: _Copy) -> None:
         """Without prefetch a reader that changes its input in place (or writes a file beside it)
@@ -342,10 +361,11 @@ class Prefetcher:
     def _copy(self, copy: _Copy, companions: list[Path]) -> None:
         try:
             origins = {p.name: identity(os.stat(p)) for p in [*companions, copy.source]}
+            target = self._through_fd(copy.tier, copy.target)
             for source in companions:
-                atomic_copy(source, copy.target.parent / source.name)
-            atomic_copy(copy.source, copy.target)
-            made = {p.name: os.lstat(p) for p in [*(copy.target.parent / c.name for c in companions), copy.target]}
+                atomic_copy(source, target.parent / source.name)
+            atomic_copy(copy.source, target)
+            made = {p.name: os.lstat(p) for p in [*(target.parent / c.name for c in companions), target]}
         except OSError as exc:
             logger.warning("[Sea] prefetch of %s failed (%s); its readers read it from the shared filesystem", copy.source, exc)
             with self._lock:
@@ -390,7 +410,7 @@ class Prefetcher:
         copy again within the tier (the same steps, so the same fixed costs: see the module's
         docstring), and keep prefetching only if the first took :data:`PAYS_FROM` times the second.
         A few MiB: the readers held meanwhile wait milliseconds on a fast filesystem."""
-        directory = tier.workdir / PREFETCH_DIR
+        directory = self._through_fd(tier, tier.workdir / PREFETCH_DIR)
         first, again = directory / f".sea-measure-{os.getpid()}", directory / f".sea-measure-{os.getpid()}-again"
         slowdown = None
         try:

@@ -69,6 +69,35 @@ def test_the_next_readers_get_copies_that_go_after_their_last_reader(tmp_path, s
     assert sea_private_dirs(shm_dir) == []
 
 
+def test_copies_are_written_in_the_directory_sea_made_even_once_its_name_was_swapped_for_a_link(tmp_path, shm_dir):
+    """A tier in a directory another user may change (a sticky one, trusted in a user namespace:
+    docs/containers.md): that user renames Sea's directory there and puts a link to a directory of
+    theirs in its place. The copies of the user's inputs went through the link, where that user reads
+    them (the sixteenth adversarial pass); they go to the directory Sea made and holds open."""
+    prefetcher, hierarchy = _prefetcher(tmp_path, shm_dir, lookahead=1)
+    source = _files(tmp_path / "shared", 1)[0]
+    workdir = hierarchy.fast_tiers[0].workdir
+    theirs, moved = tmp_path / "theirs", workdir.with_name(workdir.name + "-moved")
+    theirs.mkdir()
+    os.rename(workdir, moved)
+    os.symlink(theirs, workdir)
+    try:
+        prefetcher.expect("r0", [source])
+        deadline = time.monotonic() + 30
+        while not prefetcher.copied("r0"):
+            assert time.monotonic() < deadline, "the copy never ended"
+            time.sleep(0.01)
+        assert tree_files(theirs) == {}, "a copy of the user's input went through the swapped link"
+        copies = list((moved / PREFETCH_DIR).rglob(source.name))
+        assert len(copies) == 1 and copies[0].read_bytes() == source.read_bytes()
+    finally:
+        os.unlink(workdir)
+        os.rename(moved, workdir)
+    prefetcher.close()
+    hierarchy.close()
+    assert sea_private_dirs(shm_dir) == []
+
+
 def test_readers_whose_order_the_adapter_gives_are_copied_for_in_that_order(tmp_path, shm_dir):
     """A Dask worker runs the nodes sent to it in the order they were sent, which need not be the
     engine's: its prefetch copies for the next ones in that order (here the reverse of the engine's)."""
