@@ -217,7 +217,12 @@ class SeaConfig:
         ),
     )
     stager_threads: int = field(
-        default=2, metadata=_doc("threads copying declared outputs home in the background", 2)
+        default=2,
+        metadata=_doc(
+            "files the stager copies home at once, in the background, each by a thread of its own (as many threads again make "
+            "the written files durable and put them in place, so the link does not wait on that)",
+            2,
+        ),
     )
     report: str = field(
         default="sea-report.json",
