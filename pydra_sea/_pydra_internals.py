@@ -13,8 +13,8 @@ Pydra 1.0 has no public API for a worker to see the workflow it runs jobs of. Wh
 - the files a running job keeps in its ``cache_root`` (``<checksum>.lock``, ``<uid>_info.json``,
   ``<checksum>_save.lock``; ``Job.uid``), removed after a job that failed while saving;
 - the lock files of Pydra's ``SoftFileLock`` (jobs' in ``cache_root``, file hashes' in
-  ``PersistentCache.location_default()``): a killed process can leave one empty, blocking every later
-  run; those made while a killed run lived are removed;
+  ``PersistentCache.location_default()``): a killed process can leave one empty, or naming a host
+  other than this one (a container's), blocking every later run; those a killed run made are removed;
 - a workflow's ``_result.pklz`` saved by a run that a KeyboardInterrupt stopped (no outputs, not
   errored: Pydra would take it as done), removed;
 - a job's ``_result.pklz`` (a pickled ``Result`` whose ``outputs`` hold fileformats ``FileSet``
@@ -59,6 +59,7 @@ import logging
 import os
 import pickle
 import re
+import socket
 import time
 import typing as ty
 from importlib import metadata
@@ -247,15 +248,49 @@ def filelock_version() -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version("filelock"))[:2])
 
 
-def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Path]:
+def lock_holder(path: str) -> tuple[int, str] | None:
+    """The (PID, host name) a filelock ``SoftFileLock`` names in the lock file at ``path``: its
+    holder's ``PID\nhost\n[start]\n`` (3.22 on), or a ``filelock/2`` record's ``pid=``/``host=``
+    lines; ``None`` if it names none (empty, partial, not one of those)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 1025).decode("utf-8")
+        finally:
+            os.close(fd)
+    except (OSError, UnicodeDecodeError):
+        return None
+    lines = text.splitlines()
+    if not text.endswith("\n") or not lines or len(text) > 1024:
+        return None  # a partial write names nobody yet
+    if lines[0] == "filelock/2":
+        fields = dict(line.partition("=")[::2] for line in lines[1:])
+        pid, host = fields.get("pid", ""), fields.get("host", "")
+    elif len(lines) in (2, 3):
+        pid, host = lines[0], lines[1]
+    else:
+        return None
+    return (int(pid), host) if pid.isascii() and pid.isdigit() and host else None
+
+
+def remove_killed_runs_locks(home: Path, killed: dict, log: logging.Logger) -> list[Path]:
     """Pydra guards each job's directory with a filelock ``SoftFileLock`` (``<cache_root>/<checksum>.lock``)
-    and each file hash it caches too (``PersistentCache``: ``<location>/<key>.lock``). A process killed
-    between creating such a marker and writing its owner's PID in it leaves an empty file, which
-    filelock never breaks: every later run that hashes that file or runs that job waits for it
-    forever, under ``cf`` as under Sea. Removes the empty markers there made while a run that was
-    killed lived (from ``since`` until now, this run's start), saying so; returns them. A filelock
-    before 3.22 (:data:`FILELOCK_NAMES_HOLDER`) leaves the lock a live process holds empty too (a
-    ``cf`` run beside this one, in the same hash cache): then none is removed, and one line says so."""
+    and each file hash it caches too (``PersistentCache``: ``<location>/<key>.lock``). Two kinds
+    such a lock of a killed run (``killed``: the record of Sea's run lock it left, its ``host``,
+    ``pid`` and ``started``) are never broken by filelock, and every later run that hashes that file
+    or runs that job waits for them forever, under ``cf`` as under Sea:
+
+    - an empty one: the process was killed between creating it and writing its PID in it;
+    - one naming another host (a container's own host name, Docker's and Podman's default):
+      filelock cannot tell whether its holder lives.
+
+    Removes those made while the killed run lived (from its start until now, this run's start),
+    saying so; returns them. One naming another host goes only where the killed run is known to
+    have made it: in this ``cache_root`` (one Sea run at a time: its run lock) if it names the
+    killed run's host, in the hash cache (the user's every run shares it) if it names the killed
+    run's process too. A filelock before 3.22 (:data:`FILELOCK_NAMES_HOLDER`) leaves the lock a
+    live process holds empty too (a ``cf`` run beside this one, in the same hash cache): then none
+    is removed, and one line says so."""
     from pydra.utils.hash import PersistentCache
 
     if filelock_version() < FILELOCK_NAMES_HOLDER:
@@ -266,8 +301,18 @@ def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Pa
             ".".join(map(str, filelock_version())), home, PersistentCache.location_default(),
         )  # fmt: skip
         return []
-    removed, before = [], time.time()
-    for root, named in ((Path(home), JOB_SIDE_FILE), (Path(PersistentCache.location_default()), HASH_LOCK)):
+    since, before = killed.get("started"), time.time()
+    if not isinstance(since, (int, float)):
+        return []
+    from sea.private import pid_namespace
+
+    # filelock names a holder's host and, outside the first PID namespace, that namespace
+    # (``host?pidns-<inode in hex>``): one this process shares it judges by the PID itself
+    mine = (killed.get("host"), killed.get("pidns")) == (socket.gethostname(), pid_namespace())
+    namespace = re.fullmatch(r"pid:\[(\d+)\]", str(killed.get("pidns")))
+    names = set() if mine else {str(killed.get("host"))} | ({f"{killed.get('host')}?pidns-{int(namespace[1]):x}"} if namespace else set())
+    removed: list[Path] = []
+    for root, named, theirs in ((Path(home), JOB_SIDE_FILE, lambda pid: True), (Path(PersistentCache.location_default()), HASH_LOCK, lambda pid: pid == killed.get("pid"))):
         try:
             entries = list(os.scandir(root))
         except OSError:
@@ -277,14 +322,19 @@ def remove_empty_locks(home: Path, since: float, log: logging.Logger) -> list[Pa
                 continue  # a job's own marker beside its directory (``touch ../stage1.lock``) is not Pydra's
             try:
                 st = entry.stat(follow_symlinks=False)
-                if entry.is_file(follow_symlinks=False) and st.st_size == 0 and since <= st.st_mtime <= before:
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
+                if not entry.is_file(follow_symlinks=False) or not since <= st.st_mtime <= before:
+                    continue
+                if st.st_size:
+                    holder = lock_holder(entry.path)
+                    if holder is None or holder[1] not in names or not theirs(holder[0]):
+                        continue
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
             except OSError:
                 continue  # taken or removed meanwhile
     if removed:
         places = ", ".join(sorted({str(path.parent) for path in removed}))
-        log.warning("[Sea] removed %d empty lock files left by the run that was killed, which Pydra would wait for forever (in %s)", len(removed), places)
+        log.warning("[Sea] removed %d lock files left by the run that was killed, which Pydra would wait for forever (in %s)", len(removed), places)
     return removed
 
 

@@ -124,8 +124,8 @@ class DaskRun:
     def __enter__(self) -> DaskRun:
         lock = self._stack.enter_context(RunLock.acquire(self.home))  # one run per home
         try:
-            if lock.killed_run_started is not None:
-                px_.remove_empty_locks(self.home, lock.killed_run_started, logger)
+            if lock.killed_run is not None:
+                px_.remove_killed_runs_locks(self.home, lock.killed_run, logger)
             sweep_partial_copies(WorkflowGraph(), self.home, logger)  # before any worker flushes
             self.client = self._stack.enter_context(self.options.client())
             self.client.run(check_storage, self.sea, str(self.home))

@@ -162,8 +162,8 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
             self._watch = Watchdog(self._waits, busy=self._moving)
             self._watch.start()
             try:
-                if (since := self.engine.killed_run_started) is not None:
-                    px_.remove_empty_locks(Path(job.cache_root), since, logger)
+                if (killed := self.engine.killed_run) is not None:
+                    px_.remove_killed_runs_locks(Path(job.cache_root), killed, logger)
                 self.engine.update_graph(WorkflowGraph(), keys_like=px_.job_dir_names_like())
             except BaseException:  # e.g. a rule that matches nothing: undo the start, nothing ran
                 self.engine.abort()

@@ -360,10 +360,11 @@ class SeaEngine:
         return node is not None and node.placement is not None and not node.evicted and node.state is State.FINISHED
 
     @property
-    def killed_run_started(self) -> float | None:
-        """When the previous run of this home started, if it was killed (its lock was taken over):
-        an adapter can tell the files its engine's own locking left then by their times."""
-        return self._run_lock.killed_run_started if self._run_lock is not None else None
+    def killed_run(self) -> dict | None:
+        """The previous run of this home, if it was killed (its lock was taken over): its ``host``,
+        ``pid`` and ``started`` (when), by which an adapter can tell the files its engine's own
+        locking left then."""
+        return self._run_lock.killed_run if self._run_lock is not None else None
 
     @property
     def closed(self) -> bool:

@@ -96,9 +96,10 @@ class RunLock:
         raise SeaRunLocked(_refusal(home, path, _read(path)))
 
     @property
-    def killed_run_started(self) -> float | None:
-        """When the run whose lock this one took over started (it was killed), if it said."""
-        return self.replaced.get("started") if self.replaced else None
+    def killed_run(self) -> dict | None:
+        """The record of the run whose lock this one took over (it was killed): its ``host``,
+        ``pid``, ``started`` (when), as it wrote them."""
+        return self.replaced or None
 
     def release(self) -> None:
         self._stop.set()

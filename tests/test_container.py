@@ -176,11 +176,68 @@ def test_a_run_in_another_pid_namespace_keeps_its_tier_directory_and_its_work_di
     again = StorageHierarchy.build(SeaConfig.load({"tiers": [{"path": str(tier)}]}), disk_dir / "again")
     assert not Path(workdir).exists(), "a killed run's tier directory is still there"
     taken = RunLock.acquire(home)  # taken over at once: its flock went with it
-    assert taken.killed_run_started is not None, "taken over without a word (PID 1 in each container, say)"
+    assert taken.killed_run is not None, "taken over without a word (PID 1 in each container, say)"
     taken.release()
     for hierarchy in (mine, again):
         for t in hierarchy.fast_tiers:
             t.private.remove_all()
+
+
+PYDRA_IN_NAMESPACE = """
+import sys, time
+from pathlib import Path
+from pydra.compose import python, workflow
+from pydra.engine.submitter import Submitter
+
+@python.define
+def Wait(x: int, marker: str) -> int:
+    while Path(marker).exists():  # the container's run: held until it is killed
+        time.sleep(0.1)
+    return x + 1
+
+@workflow.define
+def Waits(xs: list[int], marker: str) -> list[int]:
+    return workflow.add(Wait(marker=marker).split(x=xs)).out
+
+tier, home, marker = sys.argv[1:4]
+with Submitter(worker="sea", cache_root=home, n_procs=1, sea={"tiers": [{"path": tier}]}) as sub:
+    result = sub(Waits(xs=[1, 2], marker=marker))
+print("outputs", result.outputs.out, flush=True)
+"""
+
+
+def test_a_pydra_run_killed_in_a_container_of_its_own_host_name_is_resumed_past_its_lock_files(tmpfs_factory, disk_dir, tmp_path):
+    """fMRIPrep's way under Pydra: a container (a PID namespace and a host name of its own, Docker's
+    and Podman's default) runs the workflow and is killed; the same cache_root is resumed from
+    another. The killed job's Pydra lock file names the container's host: filelock cannot tell its
+    holder is gone, and the resume waited for it forever (under ``cf`` too: the sixteenth
+    adversarial pass). Sea knows that run was killed (it took its run lock over), and removes the
+    lock files it made, saying so."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra_sea import _pydra_internals as px_
+
+    tier, home, marker = tmpfs_factory("64m"), disk_dir / "cache", tmp_path / "hold"
+    marker.touch()
+    other = in_other_pid_namespace(PYDRA_IN_NAMESPACE, str(tier), str(home), str(marker), hostname="ctr-a1b2c3")
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in home.glob("*.lock") if px_.JOB_SIDE_FILE.fullmatch(p.name) and p.stat().st_size]:
+            assert other.poll() is None and time.monotonic() < deadline, "the container's run never took a job's lock"
+            time.sleep(0.1)
+    finally:
+        inside = psutil.Process(other.pid).children(recursive=True)
+        other.kill()  # (--kill-child: the namespace's processes with it)
+        other.wait(timeout=30)
+        psutil.wait_procs(inside, timeout=30)
+    left = [p for p in home.glob("*.lock") if px_.JOB_SIDE_FILE.fullmatch(p.name)]
+    assert any("ctr-a1b2c3" in p.read_text() for p in left), "no lock names the container: the test shows nothing"
+    marker.unlink()
+    resumed = subprocess.run(
+        [sys.executable, "-c", PYDRA_IN_NAMESPACE, str(tier), str(home), str(marker)],
+        capture_output=True, text=True, timeout=150, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )  # fmt: skip
+    assert resumed.returncode == 0 and "outputs [2, 3]" in resumed.stdout, resumed.stderr[-3000:]
+    assert "lock files left by the run that was killed" in resumed.stderr, resumed.stderr[-3000:]
 
 
 def test_a_lock_someone_else_holds_on_a_dead_container_runs_lock_file_does_not_keep_it(disk_dir):
@@ -254,7 +311,7 @@ def test_a_killed_container_runs_lock_with_this_processs_pid_is_taken_over_as_a_
     (home / LOCK).write_text(json.dumps(killed))
     taken = RunLock.acquire(home)
     try:
-        assert taken.killed_run_started == 1234.5
+        assert taken.killed_run["started"] == 1234.5
     finally:
         taken.release()
 
@@ -506,7 +563,7 @@ def test_a_killed_containers_run_recorded_with_this_namespace_number_is_judged_b
     killed = {"host": "ctr-killed", "pid": 1, "pidns": pid_namespace(), "flock": True, "started": now, "created": now}
     (home / LOCK).write_text(json.dumps(killed))  # its heartbeat fresh, its lock free: killed a moment ago
     taken = RunLock.acquire(home)
-    assert taken.killed_run_started is not None, "taken over without a word"
+    assert taken.killed_run is not None, "taken over without a word"
     taken.release()
     tier = tmpfs_factory("8m")
     left = tier / "sea-killedctr"

@@ -134,8 +134,53 @@ def test_pydras_side_files_are_known_by_name_and_a_tasks_own_are_left(tmp_path):
     assert sorted(os.listdir(root)) == sorted(theirs)
     for name in names[:1]:
         (root / name).touch()
-    px_.remove_empty_locks(root, since, logging.getLogger("test"))
+    px_.remove_killed_runs_locks(root, {"started": since, "host": "elsewhere", "pid": 1}, logging.getLogger("test"))
     assert sorted(os.listdir(root)) == sorted(theirs)
+
+
+def test_a_lock_naming_another_host_is_taken_for_a_killed_runs_only_if_it_names_that_run(tmp_path, monkeypatch):
+    """A run killed in a container of its own host name leaves locks that name that host (and its
+    PID namespace), which filelock cannot judge: those made while it lived go, in the cache_root
+    whatever process made them, in the hash cache (shared by the user's other runs) only its
+    process's. A lock naming another host, another namespace, or made before the run started stays."""
+    import logging
+    import socket
+    import time
+
+    from pydra.utils.hash import PersistentCache
+
+    cache, hashes = tmp_path / "cache", tmp_path / "hashes"
+    cache.mkdir()
+    hashes.mkdir()
+    monkeypatch.setenv(PersistentCache.LOCATION_ENV_VAR, str(hashes))
+    killed = {"host": "ctr-a1b2c3", "pid": 3, "pidns": "pid:[4026532179]", "started": time.time() - 60}
+    lock = iter(range(100))
+
+    def made(root: Path, text: str, hash_cache: bool = False) -> Path:
+        n = next(lock)
+        path = root / (f"{n:0128x}.lock" if hash_cache else f"python-{n:032x}.lock")
+        path.write_text(text)
+        return path
+
+    gone = [
+        made(cache, "7\nctr-a1b2c3?pidns-f0000153\n12345\n"),  # a worker of it (filelock 4: its namespace named)
+        made(cache, "8\nctr-a1b2c3\n"),  # filelock 3.22's: no namespace
+        made(cache, "filelock/2\npid=9\nhost=ctr-a1b2c3?pidns-f0000153\nmode=exclusive\n"),
+        made(hashes, "3\nctr-a1b2c3?pidns-f0000153\n12345\n", hash_cache=True),  # its own process's
+    ]
+    kept = [
+        made(cache, "7\nctr-other\n"),  # another container's
+        made(cache, "7\nctr-a1b2c3?pidns-f0000154\n"),  # another namespace under that name
+        made(cache, f"7\n{socket.gethostname()}\n"),  # this host's: filelock judges it by its PID
+        made(cache, "7\nctr-a1b2c3"),  # partial: names nobody yet
+        made(hashes, "4\nctr-a1b2c3?pidns-f0000153\n", hash_cache=True),  # another process on that host: maybe another run
+    ]
+    old = made(cache, "7\nctr-a1b2c3\n")
+    os.utime(old, (killed["started"] - 10, killed["started"] - 10))  # before the killed run started
+    kept.append(old)
+    removed = px_.remove_killed_runs_locks(cache, killed, logging.getLogger("test-locks"))
+    assert sorted(removed) == sorted(gone)
+    assert all(path.exists() for path in kept) and not any(path.exists() for path in gone)
 
 
 def test_an_empty_lock_is_taken_for_a_killed_runs_only_where_filelock_names_a_live_holder(tmp_path, monkeypatch, caplog):
@@ -158,11 +203,11 @@ def test_an_empty_lock_is_taken_for_a_killed_runs_only_where_filelock_names_a_li
         log = logging.getLogger("test-locks")
         monkeypatch.setattr(px_, "filelock_version", lambda: (3, 21))
         with caplog.at_level("WARNING", logger="test-locks"):
-            assert px_.remove_empty_locks(root, since, log) == [] and empty.exists()
+            assert px_.remove_killed_runs_locks(root, {"started": since}, log) == [] and empty.exists()
         (line,) = [r.getMessage() for r in caplog.records]
         assert "filelock 3.21" in line and str(root) in line and ">= 3.22" in line, line
         monkeypatch.undo()
-        assert px_.remove_empty_locks(root, since, log) == [empty]
+        assert px_.remove_killed_runs_locks(root, {"started": since}, log) == [empty]
         assert Path(held.lock_file).exists(), "a live process's lock was removed"
     finally:
         held.release()
