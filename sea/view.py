@@ -319,6 +319,8 @@ class View:
             for directory, pairs in _by_directory(self.copies).items():
                 try:
                     inputs.append(self._overlay_inputs(directory, pairs, scratch / f"in{len(inputs)}"))
+                except _ReadOriginals:
+                    continue  # the node reads its inputs there where they are, as under the engine's own plugin
                 except OSError:  # not here (an original's directory holding the home, a filesystem overlay refuses)
                     for original, copy in pairs:
                         with contextlib.suppress(OSError):  # an original gone: the node reads its copy's path
@@ -366,7 +368,7 @@ class View:
         or puts a link in its place meanwhile changes neither. The home and the tiers in the
         directory (an input beside the work directory) are bound again over it, as the node sees
         them. ``OSError`` where it cannot be: the directory is in the home or a tier, or holds
-        them and another filesystem (an overlay would hide it),
+        them and another filesystem (an overlay would hide it: :class:`_ReadOriginals`),
         the run's user may not write there (the overlay would let the node), it is not the run's
         user's own or others may write in it, or a copy is not named as its original. (What the node
         did is made again through descriptors, never through a link put in the place of a directory,
@@ -789,6 +791,13 @@ def _replaced(upper: os.stat_result, there: os.stat_result) -> bool:
     return kind(upper) != kind(there) or stat.S_ISLNK(there.st_mode)
 
 
+class _ReadOriginals(OSError):
+    """An input directory a node's view neither overlays nor binds copies in: a copy bound over its
+    original makes the original's path a mount point, where a node replacing its input (``sed -i``
+    in a subprocess) fails with an ``EBUSY`` only that subprocess names; here the node may well
+    write (the work directory is in it), so it reads and changes the originals, as without prefetch."""
+
+
 def _outermost(paths: list[Path]) -> list[Path]:
     """``paths`` less those in another of them."""
     return [p for p in paths if not any(q != p and _within(str(p), q) for q in paths)]
@@ -806,7 +815,7 @@ def _bound_on_top(directory: str, kept: list[Path]) -> list[Path]:
         if point == directory or not _within(point, Path(directory)) or any(_within(point, p) for p in inside):
             continue
         if not any(_within(str(p), Path(point)) for p in inside):
-            raise OSError(errno.EXDEV, "another filesystem is mounted in the directory, which holds the home or a tier")
+            raise _ReadOriginals(errno.EXDEV, "another filesystem is mounted in the directory, which holds the home or a tier")
         inside.append(Path(point))  # a tier's own filesystem: bound whole
     return _outermost(inside)
 

@@ -405,11 +405,14 @@ def _read_size(in_file):
     return os.path.getsize(in_file)
 
 
-def _changing_its_input(tmp_path, shm_dir, disk_dir, change, beside_the_home: bool = False, beside: tuple[str, ...] = (), tier_beside: bool = False) -> dict:
+def _changing_its_input(
+    tmp_path, shm_dir, disk_dir, change, beside_the_home: bool = False, beside: tuple[str, ...] = (), tier_beside: bool = False, other_fs_beside: bool = False
+) -> dict:
     """Per plugin, MultiProc then SeaMultiProc with prefetch: a node that ``change`` s its input file
     (a function of it), then a node reading its size; (that size, the input's bytes, the names in
     its directory). ``beside``: directories beside the input before the run, a file in each;
-    ``tier_beside``: Sea's tier a tmpfs mounted beside the input (for the run only)."""
+    ``tier_beside``: Sea's tier a tmpfs mounted beside the input (for the run only);
+    ``other_fs_beside``: a tmpfs of nobody's mounted beside the input (for the run only, not seen)."""
     from nipype import Function, Node, Workflow
 
     from conftest import mounted_tmpfs
@@ -429,6 +432,8 @@ def _changing_its_input(tmp_path, shm_dir, disk_dir, change, beside_the_home: bo
         wf.config["execution"]["poll_sleep_duration"] = 0.05
         with contextlib.ExitStack() as stack:
             tier = stack.enter_context(mounted_tmpfs("64M", parent=str(source.parent))) if tier_beside else shm_dir
+            if other_fs_beside:
+                (stack.enter_context(mounted_tmpfs("1M", parent=str(source.parent))) / "theirs.txt").write_text("another filesystem's")
             sea = {"tiers": [{"path": str(tier)}], "prefetch": True}
             graph = wf.run(plugin=plugin, plugin_args={"n_procs": 2, **({"sea": sea} if plugin == "SeaMultiProc" else {})})
         (node,) = [n for n in graph.nodes() if n.name == "size"]
@@ -580,16 +585,22 @@ def test_a_node_replacing_its_prefetched_input_replaces_the_original_as_under_mu
     assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
 
 
-@pytest.mark.parametrize("change", [pytest.param("replace", marks=pytest.mark.slow), "log-mkdir-sed", "log-mkdir-sed-tier-beside"])  # sed renames over it too
+@pytest.mark.parametrize(
+    "change", [pytest.param("replace", marks=pytest.mark.slow), "log-mkdir-sed", "log-mkdir-sed-tier-beside", "log-mkdir-sed-other-fs-beside"]
+)  # sed renames over it too
 def test_a_node_changing_its_input_beside_the_work_directory_does_it_once_as_under_multiproc(tmp_path, shm_dir, disk_dir, change):
     """An input in the directory that holds the home was not overlaid (the overlay would hide the
     node's own view): its copy was bound over the original, and a rename over it failed (EBUSY).
     Python's rename named the input, and the node ran again on the originals; ``sed -i`` in a
     subprocess named it in sed's stderr only, and the node failed where MultiProc's succeeds (the
     thirteenth adversarial pass). Now the home, and a tier in that directory, are bound again over
-    the directory's overlay: all is done once, as under MultiProc, and nothing is rerun."""
+    the directory's overlay: all is done once, as under MultiProc, and nothing is rerun. Where
+    another filesystem is mounted in that directory (which an overlay would hide), the node reads
+    and changes the originals there (the sixteenth pass: sed failed on the copy bound over one)."""
     function = {"replace": _replace}.get(change, _logs_makes_and_edits_beside)
-    seen = _changing_its_input(tmp_path, shm_dir, disk_dir, function, beside_the_home=True, tier_beside=change.endswith("tier-beside"))
+    seen = _changing_its_input(
+        tmp_path, shm_dir, disk_dir, function, beside_the_home=True, tier_beside=change.endswith("tier-beside"), other_fs_beside=change.endswith("other-fs-beside")
+    )
     assert seen["SeaMultiProc"] == seen["MultiProc"], seen
     report = RunReport.from_json(disk_dir / "SeaMultiProc" / "work" / "sea-report.json")
     assert report.busy_retries == 0 and report.prefetch_hits >= 1, report.to_text()
