@@ -390,8 +390,11 @@ class SeaWorker(cf.ConcurrentFuturesWorker):
         self._wake_waiters()  # a job with the same checksum may wait for a directory this evicted
         if key in self._persisted:
             # the workflow copies this job's outputs into its own directory once every job
-            # returned: by then the job's directory must be home (a hard link, not a copy)
+            # returned: by then the job's directory must be home (a hard link, not a copy), with
+            # those of the jobs whose files its outputs name (a task returning its input file)
             await self._settled(key)
+            for lender in engine.sent_home_with(key):
+                await self._settled(lender, quiet=True)  # its copy home in place (a workflow's output too: it stays on its tier meanwhile)
             if engine.physical_dir(key) is not None and not (home / key).is_dir():
                 px_.run_under(job, tier)  # its copy home failed (the run ends in SeaFlushError): the tier's
         return result

@@ -359,6 +359,12 @@ class SeaEngine:
         node = self.run.nodes.get(key)
         return node is not None and node.placement is not None and not node.evicted and node.state is State.FINISHED
 
+    def sent_home_with(self, key: str) -> tuple[str, ...]:
+        """The nodes whose directories go home whole with ``key``'s, which names files in them (see
+        :meth:`node_finished`): an adapter reading ``key``'s outputs in the home waits for them too."""
+        node = self.run.nodes.get(key)
+        return node.needs if node is not None and node.spec.persist_dir else ()
+
     @property
     def killed_run(self) -> dict | None:
         """The previous run of this home, if it was killed (its lock was taken over): its ``host``,
@@ -668,6 +674,10 @@ class SeaEngine:
             gives = list(gives)
             self.flusher.schedule(node, gives)
             node.needs = tuple(sorted({o for o in map(self.run.owner_of, gives) if o is not None and o != key}))  # a pack of it needs them too
+            if node.spec.persist_dir:  # what goes home whole names files in their directories: they go home whole too
+                for lender in map(self.run.nodes.get, node.needs):
+                    if lender is not None and not lender.spec.persist_dir and not lender.evicted and lender.state is State.FINISHED and not lender.placement.tier.is_home:
+                        self.flusher.send_home_whole(lender)
             self.evictor.hand_on(key, gives)
             self.evictor.release_producers(key)
             self.evictor.maybe_evict(key)

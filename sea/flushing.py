@@ -22,6 +22,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from .config import Checkpoints, Mode, Rule, SeaConfigError
@@ -195,6 +196,18 @@ class Flusher:
         batch = FlushBatch(key, copied, self.dir_committed)
         batch.links = links
         return batch
+
+    def send_home_whole(self, node: NodeState) -> None:
+        """``node``'s directory goes home whole after all, as a declared output's: a directory that
+        goes home names files in it (a task that returns its input file), which must be there too,
+        or the engine's copy of the workflow's outputs fails, and on every rerun. Its ``auto`` copy,
+        if one waits, gives way (the directory's own copy is submitted first: nothing evicts it meanwhile)."""
+        waiting = self._optional.get(node.spec.key)
+        node.spec = replace(node.spec, persist_dir=True)
+        node.checkpoint = True
+        self.schedule(node)
+        if waiting is not None:
+            self.run.stager.cancel(waiting)
 
     def give_up_checkpoint(self, node: NodeState) -> bool:
         """``node``'s directory is done with (every consumer finished) and waits only for its

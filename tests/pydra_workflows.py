@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nibabel as nib
 import numpy as np
-from fileformats.generic import File
+from fileformats.generic import Directory, File
 from pydra.compose import python, shell, workflow
 
 
@@ -164,3 +164,33 @@ def SleepChain(values: list[int], seconds: float) -> list[int]:
     for k in (2, 3):
         previous = workflow.add(SleepStep(i=previous.out, seconds=seconds), name=f"step_{k}")
     return previous.out
+
+
+# a workflow output naming a file in another task's directory (the seventeenth adversarial pass)
+@python.define(outputs=["out"])
+def MakeDir(n: int) -> Directory:
+    made = Path(os.path.abspath("made"))
+    made.mkdir()
+    (made / "a.dat").write_bytes(b"x" * n)
+    return Directory(made)
+
+
+@python.define(outputs=["out"])
+def Pick(made: Directory) -> File:
+    return File(Path(made) / "a.dat")
+
+
+@python.define(outputs=["out"])
+def Identity(in_file: File) -> File:
+    return in_file
+
+
+@workflow.define(outputs=["picked"])
+def HandedOn(n: int) -> File:
+    return workflow.add(Identity(in_file=workflow.add(Pick(made=workflow.add(MakeDir(n=n)).out)).out)).out
+
+
+@workflow.define(outputs=["made", "picked"])
+def MadeAndPicked(n: int) -> tuple[Directory, File]:
+    made = workflow.add(MakeDir(n=n))
+    return made.out, workflow.add(Pick(made=made.out)).out

@@ -401,6 +401,28 @@ def test_a_directory_handed_on_as_a_plain_string_stays_until_its_readers_finishe
         assert "_result.pklz" in res.outputs.out and "_job.pklz" in res.outputs.out, (worker, res.outputs.out)
 
 
+@pytest.mark.parametrize("variant", ["handed-on", "inside-a-directory-output-too"])
+def test_a_workflow_output_naming_a_file_in_another_tasks_directory_is_delivered_and_rerun(tmp_path, shm_dir, variant):
+    """The seventeenth adversarial pass: the workflow's output is a file its last task got from
+    another's directory (a task returning its input file; or a file inside a directory the first
+    task outputs, which is the workflow's output too). Only the last task's directory went home: the
+    other's was evicted, Pydra's copy of the workflow's outputs failed, and every rerun the same. Now
+    that directory goes home with it: the run and its rerun give ``cf``'s bytes."""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import HandedOn, MadeAndPicked
+
+    seen = {}
+    for worker, options in (("cf", {}), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}})):
+        for attempt in ("run", "rerun"):
+            with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **options) as sub:
+                res = sub((HandedOn if variant == "handed-on" else MadeAndPicked)(n=1000))
+            assert not res.errored, (worker, attempt, res.errors)
+            seen[worker, attempt] = Path(res.outputs.picked).read_bytes()
+    assert seen["sea", "run"] == seen["sea", "rerun"] == seen["cf", "run"] == b"x" * 1000
+
+
 MRTRIX = pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)")
 
 
