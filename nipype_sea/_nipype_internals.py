@@ -382,9 +382,11 @@ def is_mapnode(node) -> bool:
 
 
 def sink_base_directory(node) -> Path | None:
+    """Where a DataSink delivers: a relative ``base_directory`` is in the sink's own directory, as
+    the DataSink resolves it when it runs there (not in the directory the run was started from)."""
     value = getattr(node.inputs, "base_directory", None)
     if isinstance(value, str) and value:
-        return Path(value).resolve()
+        return (Path(node.output_dir()) / value).resolve()
     return None
 
 

@@ -401,6 +401,41 @@ def test_a_directory_handed_on_as_a_plain_string_stays_until_its_readers_finishe
         assert "_result.pklz" in res.outputs.out and "_job.pklz" in res.outputs.out, (worker, res.outputs.out)
 
 
+def _make_a_file(n):
+    import os
+
+    path = os.path.abspath("a.dat")
+    with open(path, "wb") as f:
+        f.write(b"x" * n)
+    return path
+
+
+def test_a_datasink_with_a_relative_base_directory_delivers_into_its_own_directory_as_under_multiproc(tmp_path, shm_dir, monkeypatch):
+    """Nipype's DataSink resolves a relative ``base_directory`` in its own node directory, where it
+    runs. Sea resolved it in the directory the run was started from, and delivered there, over a
+    file of the user's (the seventeenth adversarial pass)."""
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataSink
+
+    from nipype_workflows import run
+
+    started_in = tmp_path / "started-in"
+    (started_in / "derivatives" / "res").mkdir(parents=True)
+    (started_in / "derivatives" / "res" / "a.dat").write_text("the user's own file")
+    monkeypatch.chdir(started_in)
+    delivered = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        wf = Workflow(name="w", base_dir=str(tmp_path / plugin))
+        make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
+        make.inputs.n = 1000
+        sink = Node(DataSink(base_directory="derivatives"), name="sink")
+        wf.connect(make, "out", sink, "res")
+        run(wf, plugin, {"tiers": [{"path": str(shm_dir)}]} if plugin == "SeaMultiProc" else None)
+        delivered[plugin] = tree_files(tmp_path / plugin / "w" / "sink" / "derivatives")
+    assert delivered["SeaMultiProc"] == delivered["MultiProc"] == {"res/a.dat": b"x" * 1000}
+    assert tree_files(started_in) == {"derivatives/res/a.dat": b"the user's own file"}
+
+
 @pytest.mark.parametrize("variant", ["handed-on", "inside-a-directory-output-too"])
 def test_a_workflow_output_naming_a_file_in_another_tasks_directory_is_delivered_and_rerun(tmp_path, shm_dir, variant):
     """The seventeenth adversarial pass: the workflow's output is a file its last task got from
