@@ -153,6 +153,9 @@ class StorageHierarchy:
             try:
                 private = PrivateDir.create(root, owner=f"{os.getpid()} {socket.gethostname()} {home}\n{pid_namespace()}")
             except OSError as exc:  # writable by its mode, yet not (/proc, a full or read-only filesystem)
+                if config.tiers is None:  # found, not asked for (a $TMPDIR another user filled): the run goes on without it
+                    logger.warning("[Sea] %s: cannot create Sea's directory in %r (%s); skipped", where, spec.path, exc.strerror)
+                    continue
                 for made in tiers:
                     made.private.remove_all()
                 raise SeaConfigError(f"{where}: cannot create Sea's directory in {spec.path!r} ({exc.strerror}); choose a directory you can write to") from None

@@ -3,6 +3,7 @@ handles and Sea did not. Real FIFOs, sparse files, a second real user (``useradd
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -242,6 +243,39 @@ def test_a_discovered_tier_others_can_write_is_left_out_without_dropping_the_nex
         assert len(said) == 1 and "home-only" in said[0], said
     finally:
         unsafe.rmdir()
+
+
+def test_a_discovered_tier_another_user_filled_is_left_out_and_the_run_goes_on(tmp_path, monkeypatch, caplog, disk_dir, other_user):
+    """A ``$TMPDIR`` (``/tmp`` on a shared node) that another user filled, of files or of bytes:
+    Sea could not make its directory there and the run failed before any node, where MultiProc
+    runs (the seventeenth adversarial pass). A tier found, not asked for, is left out, saying why,
+    and the next is used."""
+    from sea.tiers import StorageHierarchy
+
+    from conftest import mounted_tmpfs
+
+    uid, gid = other_user
+    for options in ("nr_inodes=64", ""):
+        with mounted_tmpfs("1M", options=options) as full:
+            full.chmod(0o1777)
+            os.chown(full, 0, 0)
+            theirs = full / "theirs"
+            theirs.mkdir()
+            os.chown(theirs, uid, gid)
+            with contextlib.suppress(OSError):  # their files, until it is full
+                for i in range(100_000):
+                    (theirs / f"f{i}").write_bytes(b"x" * (0 if options else 65536))
+            monkeypatch.setenv("TMPDIR", str(full))
+            monkeypatch.delenv("SLURM_TMPDIR", raising=False)
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="sea"):
+                hierarchy = StorageHierarchy.build(SeaConfig.load({}), disk_dir)
+            try:
+                assert [str(t.root) for t in hierarchy.fast_tiers] == [os.path.realpath("/dev/shm")], hierarchy.fast_tiers
+                (line,) = [r.getMessage() for r in caplog.records if str(full) in r.getMessage()]
+                assert "cannot create Sea's directory" in line and "skipped" in line, line
+            finally:
+                hierarchy.close()
 
 
 def test_sigterm_ends_a_run_as_it_ends_multiprocs(disk_dir, shm_dir):
