@@ -15,6 +15,7 @@ its tiers while the tasks queued before it run (:func:`sea.dask.node_storage.exp
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 from sea import SeaConfig, SeaConfigError, SeaFlushError, WorkflowGraph, console
 from sea.config import unknown_key
 from sea.dask.locality import LocalityPlanner
-from sea.dask.node_storage import NAME, NodeStorage, close_run, current, expect_reads, finished_elsewhere, pack
+from sea.dask.node_storage import NodeStorage, close_run, current, expect_reads, finished_elsewhere, pack, plugin_name
 from sea.dask.options import DaskOptions
 from sea.interrupt import StopSignals
 from sea.journal import Journal
@@ -46,16 +47,24 @@ WORKER_CHECK_SECONDS = 0.5  # how often the client looks for workers lost or res
 
 
 def run_node_on_worker(
-    node, key: str, fetched: dict, updatehash: bool, consumers: list[str], hands: dict[str, list[str]] | None = None, reads: tuple[list[str], int] | None = None
+    storage: str,
+    node,
+    key: str,
+    fetched: dict,
+    updatehash: bool,
+    consumers: list[str],
+    hands: dict[str, list[str]] | None = None,
+    reads: tuple[list[str], int] | None = None,
 ) -> dict:
-    """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers.
+    """On the worker: copy in the inputs other workers hold, run ``node`` on this worker's tiers
+    (those of the run's plugin, named ``storage``).
     ``consumers``: the nodes that will read its directory (not finished yet, wherever they run).
     ``hands``: consumer -> the outputs of ``node`` whose files it reads; with prefetch on here, the
     outcome's ``hands`` gives those files, for the client to tell the consumers' workers.
     ``reads``: the files it reads and its position, as the client told this worker ahead of it
     (:func:`~sea.dask.node_storage.expect_reads`, not waited for): told again here, in case that
     message comes after the node starts."""
-    storage = current()
+    storage = current(storage)
     engine = storage.engine
     engine.expect_run(key, consumers)
     if reads is not None:
@@ -171,7 +180,8 @@ class SeaDaskPlugin(DaskTaskLoop):
             with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
                 sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
                 self.client = client
-                client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=NAME)
+                self.storage = plugin_name()  # this run's, beside other runs' on the cluster
+                client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=self.storage)
                 self._address = self._workers_now()
                 self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)
                 self._checked = self._started = time.monotonic()
@@ -188,8 +198,10 @@ class SeaDaskPlugin(DaskTaskLoop):
                     if interrupted:  # nodes not started yet never will; those running are dropped by close_run
                         client.cancel([future for _, future in self.running().values()])
                     try:
-                        outcomes = client.run(close_run, success, interrupted)
+                        outcomes = client.run(close_run, self.storage, success, interrupted)
                     finally:
+                        with contextlib.suppress(Exception):  # (a cluster going away)
+                            client.unregister_worker_plugin(self.storage)
                         stop.restore(resend=False)
                         progress.stop()
                     self.report = merge_reports([(o["worker"], o["report"]) for o in outcomes.values()], self.planner.rows.values())
@@ -227,7 +239,7 @@ class SeaDaskPlugin(DaskTaskLoop):
         if not files or worker in self._no_prefetch:
             return None
         # a worker gone meanwhile (its job cancelled) is not told: before_submitting sees it lost
-        self.client.run(expect_reads, key, files, position, workers=[self._address[worker]], wait=False, on_error="ignore")
+        self.client.run(expect_reads, self.storage, key, files, position, workers=[self._address[worker]], wait=False, on_error="ignore")
         return files, position
 
     # ------------------------------------------------------------------ workers coming and going
@@ -276,7 +288,7 @@ class SeaDaskPlugin(DaskTaskLoop):
         if assignment.fetch:
             logger.info("[Sea] %s runs on %s; copying there first: %s", key, assignment.worker, ", ".join(f"{p} from {w}" for p, w in assignment.fetch.items()))
         fetched = {
-            producer: self.client.submit(pack, producer, workers=[self._address[holder]], allow_other_workers=False, pure=False)
+            producer: self.client.submit(pack, self.storage, producer, workers=[self._address[holder]], allow_other_workers=False, pure=False)
             for producer, holder in assignment.fetch.items()
         }
         consumers = [c for c in self.planner.graph.consumers(key) if c not in self.planner.done]
@@ -285,7 +297,7 @@ class SeaDaskPlugin(DaskTaskLoop):
         # a worker runs the nodes sent to it in the order they were sent (Sea's), which its prefetch
         # follows: Dask's own order of tasks submitted together may differ
         return self.submit_task(
-            run_node_on_worker, node, key, fetched, updatehash, consumers, self._hands.get(key), reads,
+            run_node_on_worker, self.storage, node, key, fetched, updatehash, consumers, self._hands.get(key), reads,
             tag=key, name=f"sea-{node.name}", workers=[where], allow_other_workers=False, priority=-position,
         )  # fmt: skip
 
@@ -312,6 +324,6 @@ class SeaDaskPlugin(DaskTaskLoop):
             self.planner.finished(key, outcome["worker"], outcome["size"])
             tell = [self._address[w] for w in self.planner.workers_to_tell(key) if w != outcome["worker"]]
             if tell:
-                self.client.run(finished_elsewhere, key, workers=tell, wait=False, on_error="ignore")  # one gone is not told
+                self.client.run(finished_elsewhere, self.storage, key, workers=tell, wait=False, on_error="ignore")  # one gone is not told
         return {"result": None, "traceback": outcome["traceback"]}
 

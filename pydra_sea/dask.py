@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -116,6 +117,7 @@ class DaskRun:
     jobs_in_home: int = 0  # task jobs of the workflow the client expands
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _ids: count = field(default_factory=count)
+    _token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     _running: dict = field(default_factory=dict)  # Dask key -> the job's name, while on a worker
     _done: int = 0
     _started: float = field(default_factory=time.monotonic)
@@ -152,7 +154,7 @@ class DaskRun:
         """``function(pickled job, *args)`` on a worker; its result once it is back."""
         loop = asyncio.get_running_loop()
         outcome = loop.create_future()
-        key = f"sea-{job.name}-{next(self._ids)}"
+        key = f"sea-{job.name}-{self._token}-{next(self._ids)}"  # runs sharing a scheduler never share a task
         future = self.client.submit(function, cp.dumps(job), *args, pure=False, key=key)
         self._running[key] = job.name
 

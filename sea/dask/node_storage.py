@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from ..engine import SeaEngine, SeaFlushError
 from ..graph import NodeSpec, WorkflowGraph
 from ..pack import directory_members, pack_bytes, unpack
 
-NAME = "sea-node-storage"
+NAME = "sea-node-storage"  # each run's plugin is registered as ``NAME-<run token>`` (:func:`plugin_name`)
 logger = logging.getLogger("sea")
 
 
@@ -35,7 +36,7 @@ class NodeStorage(WorkerPlugin):
     """One run's storage on one worker. ``sea``: the configuration as the user gave it (a dict or a
     YAML path, loaded on the worker); ``home``: the shared base directory; ``specs``: the graph."""
 
-    idempotent = False  # a new run replaces the previous run's plugin (teardown, then setup)
+    idempotent = False  # each run registers its own (see plugin_name), removed at its end (teardown)
 
     def __init__(self, sea: Any, home: Path, specs: list[NodeSpec], relocate: Callable[[Path, dict[Path, Path]], object] | None = None):
         """``relocate(directory, {old: new})``: rewrite the paths a node directory's result files
@@ -82,38 +83,45 @@ class NodeStorage(WorkerPlugin):
         return {"worker": self.worker_name, "report": report, "flush_error": error}
 
 
-def current() -> NodeStorage:
-    """The plugin of the worker this task runs on."""
-    return get_worker().plugins[NAME]
+def plugin_name() -> str:
+    """A new run's name for its plugin: runs sharing a cluster (two users' on one scheduler, or
+    two of one user's at once) each have their own, on every worker."""
+    return f"{NAME}-{uuid.uuid4().hex[:12]}"
 
 
-def pack(key: str) -> tuple[bytes, str]:
-    """``key``'s directory on this worker as an uncompressed tar, and where it is here, for a
-    consumer on another worker."""
-    directory = current().engine.physical_dir(key)
+def current(name: str) -> NodeStorage:
+    """The plugin ``name`` (its run's) of the worker this task runs on."""
+    return get_worker().plugins[name]
+
+
+def pack(name: str, key: str) -> tuple[bytes, str]:
+    """``key``'s directory on this worker (run ``name``'s) as an uncompressed tar, and where it is
+    here, for a consumer on another worker."""
+    storage = current(name)
+    directory = storage.engine.physical_dir(key)
     if directory is None:
-        raise FileNotFoundError(f"{key} is not on worker {current().worker_name}")
+        raise FileNotFoundError(f"{key} is not on worker {storage.worker_name}")
     return pack_bytes(directory_members(directory), [str(directory)]), str(directory)
 
 
-async def finished_elsewhere(key: str, dask_worker=None) -> None:
-    """Run by the client on the workers holding an input of ``key`` (``Client.run``, without
-    waiting: a coroutine, in the worker's event loop)."""
-    engine = dask_worker.plugins[NAME].engine
+async def finished_elsewhere(name: str, key: str, dask_worker=None) -> None:
+    """Run by the client of run ``name`` on the workers holding an input of ``key`` (``Client.run``,
+    without waiting: a coroutine, in the worker's event loop)."""
+    engine = dask_worker.plugins[name].engine
     if not engine.closed:  # an event that arrives after the run's end changes nothing
         engine.finished_elsewhere(key)
 
 
-async def expect_reads(key: str, paths: list[str], position: int, dask_worker=None) -> None:
+async def expect_reads(name: str, key: str, paths: list[str], position: int, dask_worker=None) -> None:
     """Run by the client on the worker it sends node ``key`` to, as it sends it (``Client.run``,
     without waiting): the files the node will read. Those on the shared filesystem are copied to this
     worker's tiers by its prefetch while the tasks queued before the node run, in the order they were
     sent (``position``), which is the order the worker runs them
     (:meth:`~sea.engine.SeaEngine.expect_reads`; in a thread: it looks at the files)."""
-    engine = dask_worker.plugins[NAME].engine
+    engine = dask_worker.plugins[name].engine
     if not engine.closed and engine.prefetching:
         await asyncio.to_thread(engine.expect_reads, key, paths, position)
 
 
-def close_run(success: bool, interrupted: bool = False, dask_worker=None) -> dict:
-    return dask_worker.plugins[NAME].close(success, interrupted)
+def close_run(name: str, success: bool, interrupted: bool = False, dask_worker=None) -> dict:
+    return dask_worker.plugins[name].close(success, interrupted)
