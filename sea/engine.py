@@ -983,11 +983,14 @@ class SeaEngine:
             self.estimator.delivered = self.deliverables.delivered
         report.kept_dirs = [str(d) for d in self.hierarchy.close(kept, by_rule, reason="their flush home failed" if kept else "")]
         if moved != "":
-            self.estimator.save(self._history)
-            if self.machine is None:
-                report.save(self._report_path, Path(moved) if moved else self.home)
-            else:
-                report.to_json(self._report_path)  # a part of the run's: the client saves the run's
+            try:
+                self.estimator.save(self._history)
+                if self.machine is None:
+                    report.save(self._report_path, Path(moved) if moved else self.home)
+                else:
+                    report.to_json(self._report_path)  # a part of the run's: the client saves the run's
+            except OSError as exc:  # the home refuses writes (full, read-only, failing): the report is still said
+                self.log.warning("[Sea] the run's history and report could not be written in the home (%s)", exc.strerror or exc)
         self._release_lock()
         self.progress.stop()
         announce(report, self.log)

@@ -13,6 +13,7 @@ above makes safe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -59,6 +60,7 @@ class Journal:
         self._file = open(path, "a", encoding="utf-8")
         self.bytes = self._file.tell()  # its size in the home (what it adds to what Sea leaves there)
         self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._refused = False  # a write failed: the lines after it are not written
         self._writer = threading.Thread(target=self._write_lines, name="sea-journal", daemon=True)
         self._writer.start()
 
@@ -70,9 +72,13 @@ class Journal:
                 lines.append(self._lines.get())
             done = lines[-1] is None
             text = "".join(line for line in lines if line is not None)
-            if text:
-                self._file.write(text)
-                self._file.flush()
+            if text and not self._refused:
+                try:
+                    self._file.write(text)
+                    self._file.flush()
+                except OSError as exc:  # the home refuses writes (full, read-only, failing): the run goes on, said once
+                    self._refused = True
+                    logger.warning("[Sea] the journal %s could not be written (%s): a rerun recomputes what it does not record", self.path, exc.strerror or exc)
             if done:
                 return
 
@@ -162,9 +168,15 @@ class Journal:
                 return
             self._lines.put(None)
             self._writer.join()
-            self._file.close()
-            if compact:
-                self._compact()
+            try:
+                self._file.close()
+                if compact and not self._refused:
+                    self._compact()
+            except OSError as exc:  # the home refuses writes (full, read-only, failing): what is written stays
+                if not self._refused:
+                    logger.warning("[Sea] the journal %s could not be written to its end (%s): a rerun recomputes what it does not record", self.path, exc.strerror or exc)
+                with contextlib.suppress(OSError):
+                    self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
 
     def current_path(self) -> Path | None:
         """Where the journal file is now, if it was moved with its directory (``None``: removed)."""

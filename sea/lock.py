@@ -63,7 +63,10 @@ class RunLock:
     @classmethod
     def acquire(cls, home: Path) -> RunLock:
         path = Path(home) / LOCK
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _unwritable(home, exc) from None
         me = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": pid_namespace(), "started": time.time(), "created": psutil.Process().create_time()}
         replaced = None
         for _ in range(3):
@@ -81,6 +84,8 @@ class RunLock:
                 except FileNotFoundError:
                     pass
                 continue
+            except OSError as exc:  # a home that refuses writes (read-only, full, failing)
+                raise _unwritable(home, exc) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 me["flock"] = True  # what other runs may judge it by (see _stale)
@@ -108,6 +113,8 @@ class RunLock:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+            except OSError:  # the home refuses writes: left, the next run takes it over (its flock went with this one)
+                logger.warning("[Sea] %s could not be removed; the next run takes it over", self.path)
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -124,6 +131,10 @@ class RunLock:
                 os.utime(self.path)
             except OSError:
                 pass  # the home unreachable a moment: the next beat tries again
+
+
+def _unwritable(home: Path, exc: OSError) -> SeaConfigError:
+    return SeaConfigError(f"cannot write in the work directory {str(home)!r} ({exc.strerror or exc}): the run needs to write there")
 
 
 def _read(path: Path) -> dict:

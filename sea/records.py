@@ -24,6 +24,7 @@ node ran (a tier's, gone since); each member carries the directories it was made
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -120,8 +121,10 @@ class Records:
         except (OSError, tarfile.TarError) as exc:
             logger.warning("[Sea] the nodes' result records could not be kept in %s (%s); node.result reads only directories in the home", self.path, exc)
             if self._out is not None:
-                self._out.close()
-            Path(self._tmp).unlink(missing_ok=True)
+                with contextlib.suppress(OSError, tarfile.TarError):  # the home refusing writes refuses this one too
+                    self._out.close()
+            with contextlib.suppress(OSError):
+                Path(self._tmp).unlink(missing_ok=True)
 
 
 def _add(out: tarfile.TarFile, name: str, data: bytes, mode: int, mtime_ns: int, key: str, made_under: list[str]) -> None:

@@ -262,3 +262,38 @@ def test_a_checkpoint_that_cannot_go_home_is_dropped_and_the_run_goes_on(shm_dir
         assert "checkpoints stopped: 1 could not be copied home" in report.to_text()
         assert (home / "wf" / "a3" / "data.bin").is_file() and (home / "wf" / "b3" / "data.bin").is_file()
         assert not pack_path(home, "wf/a1").exists() and no_temporaries(home) == [] and sea_private_dirs(shm_dir) == []
+
+
+def test_a_home_that_refuses_every_write_mid_run_ends_it_in_one_line_and_the_same_command_resumes(slowfs_factory, shm_dir):
+    """The home remounted read-only (or full, or failing) while the run goes on: every write there
+    fails, Sea's own too (its journal, its result records, its history, its report, its lock).
+    Those ended the run in a traceback of Sea's code (the seventeenth adversarial pass; MultiProc
+    hangs there); now each is said in one line, the run ends in ``sea: error``, and once the home is
+    writable again the same command ends the run."""
+    import os
+    import subprocess
+    import sys
+
+    from example_runs import ROOT
+
+    fs = slowfs_factory(write_mbps=20)
+    root = fs.path
+    (Path(str(shm_dir)) / "sea.yml").write_text(f"tiers: [{{path: {shm_dir}}}]\n")
+    command = [sys.executable, "-m", "example_workflows.incrementation", "--root", str(root), "--chunks", "4", "--chunk-mib", "2",
+               "--iterations", "4", "--plugin", "SeaMultiProc", "--sea", str(shm_dir / "sea.yml")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    journal = fs.backing / "work" / ".sea" / "journal.jsonl"
+    deadline = time.monotonic() + 120
+    while (not journal.exists() or journal.read_text().count('"done"') < 8) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before the home refused writes"
+    fs.set_faults(fail_pattern="*", fail_errno="EROFS")
+    output = proc.communicate(timeout=120)[0].decode(errors="replace")
+    assert proc.returncode != 0, output[-3000:]
+    assert f'File "{ROOT / "sea"}' not in output, output[-5000:]
+    assert "sea: error: " in output, output[-3000:]
+    fs.clear_faults()
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert len(list((fs.backing / "out").rglob("*.nii"))) == 4
