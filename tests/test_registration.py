@@ -136,6 +136,9 @@ def test_core_sources_do_not_mention_engines():
                 assert "nipype" not in stripped and "pydra" not in stripped, f"{path.name}: {line}"
 
 
+# SeaDask by name from a --use-plugin YAML runs by default on a real SLURM (test_docs'
+# test_slurm_use_plugin_yaml_runs_on_slurm); this one adds `cluster: local` (20 s of CPU)
+@pytest.mark.slow
 def test_seadask_by_name_from_a_use_plugin_yaml_on_a_local_cluster(disk_dir, shm_dir):
     """``plugin: SeaDask`` from YAML, no import of nipype_sea: a local Dask cluster is started and stopped."""
     (disk_dir / "plugin.yml").write_text(
