@@ -18,6 +18,7 @@ now (a needed copy has the link, or every stager thread is writing) gives it up
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -383,6 +384,8 @@ class Flusher:
             # at its path at once, while its consumers still read the tier's (a run killed now
             # resumes from it); nothing evicts the node before the batch is settled below
             p = node.placement
+            with contextlib.suppress(OSError):  # the node's own mode (a 0700 it gave its directory), as it had it; its files' are theirs
+                os.chmod(node.home_copy, stat.S_IMODE(os.lstat(p.physical).st_mode))
             if p.logical.is_symlink():
                 p.logical.unlink()  # the link Sea made
             swap_in(node.home_copy, p.logical)

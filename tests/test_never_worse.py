@@ -772,6 +772,7 @@ def _reads_shared(path):
     os.mkdir("private", 0o700)  # as tempfile.mkdtemp(dir=".") makes it
     with open("private/subject.txt", "w") as f:
         f.write("a name, a date of birth")
+    os.chmod(".", 0o700)  # its own directory too (it came home 0755: the eighteenth adversarial pass)
     with open(os.path.join(os.path.dirname(path), "..", "shared.txt")) as f:
         return f.read()
 
@@ -831,8 +832,8 @@ def test_in_a_container_without_privileges_the_hosts_dev_shm_is_a_tier_as_on_the
     for plugin in ("MultiProc", "SeaMultiProc"):
         _as_user(other_user, disk_dir, _in_a_user_namespace_of_ones_own, _run_modes_workflow, plugin, str(disk_dir / plugin), str(shm_dir))
     multiproc, sea = _modes(disk_dir / "MultiProc" / "modes"), _modes(disk_dir / "SeaMultiProc" / "modes")
-    assert multiproc["second/private"] == "0o700" and multiproc["shared.txt"]
-    for rel in ("second/private", "second/private/subject.txt", "last/private", "shared.txt"):
+    assert multiproc["second/private"] == multiproc["second"] == "0o700" and multiproc["shared.txt"]
+    for rel in ("second", "second/private", "second/private/subject.txt", "last", "last/private", "shared.txt"):
         assert sea.get(rel) == multiproc.get(rel), (rel, sea.get(rel), multiproc.get(rel))
     report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
     assert report.success and report.tiers[0].nodes_placed == 4 and report.paths_recorded == "", report.to_text()
@@ -851,8 +852,8 @@ def test_a_users_modes_and_files_beside_a_node_are_kept_as_multiproc_keeps_them(
     for plugin in ("MultiProc", "SeaMultiProc"):
         _as_user(other_user, disk_dir, _run_modes_workflow, plugin, str(disk_dir / plugin), str(shm_dir))
     multiproc, sea = _modes(disk_dir / "MultiProc" / "modes"), _modes(disk_dir / "SeaMultiProc" / "modes")
-    assert multiproc["second/private"] == "0o700" and multiproc["shared.txt"]
-    for rel in ("second/private", "second/private/subject.txt", "last/private", "shared.txt"):
+    assert multiproc["second/private"] == multiproc["second"] == "0o700" and multiproc["shared.txt"]
+    for rel in ("second", "second/private", "second/private/subject.txt", "last", "last/private", "shared.txt"):
         assert sea.get(rel) == multiproc.get(rel), (rel, sea.get(rel), multiproc.get(rel))
     report = RunReport.from_json(disk_dir / "SeaMultiProc" / "sea-report.json")
     assert report.success and report.nodes_run == 4, report.to_text()
