@@ -106,8 +106,10 @@ def _probe(path: Path, fresh: bool) -> str:
 
 def _read_report(path: Path) -> RunReport:
     try:
-        return RunReport.from_json(path)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+        report = RunReport.from_json(path)
+        report.to_text(), report.one_line()  # a field of another kind (edited, or not Sea's) shows here
+        return report
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, ArithmeticError, IndexError) as exc:
         raise SeaConfigError(f"{path} is not a Sea run report ({type(exc).__name__}: {exc}); give the sea-report.json of a run, or its base_dir") from None
 
 

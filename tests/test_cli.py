@@ -65,6 +65,25 @@ def test_report_command(disk_dir):
     assert "is not a Sea run report" in one_error_line(sea("report", str(disk_dir)))
 
 
+def test_a_report_with_a_field_of_another_kind_is_one_line(disk_dir):
+    """A report edited by hand (or another program's JSON of the same name): each field of a real
+    report replaced, one at a time, by a value of another kind. 92 of those 390 reports ended
+    ``sea report`` in a traceback of Sea's code (the eighteenth adversarial pass); each shows, or is
+    refused in one line."""
+    import json
+
+    from sea.report import RunReport
+
+    RunReport(nodes_total=3, nodes_run=2, failed_nodes=["wf/a"], late_writes=["wf/b"]).to_json(disk_dir / "sea-report.json")
+    real = json.loads((disk_dir / "sea-report.json").read_text())
+    for field in real:
+        for value in (None, "text", -1, [1, "x"], {"a": 1}, 1e308):
+            (disk_dir / "sea-report.json").write_text(json.dumps({**real, field: value}))
+            result = sea("report", str(disk_dir))
+            if result.returncode != 0:
+                assert "is not a Sea run report" in one_error_line(result), (field, value)
+
+
 def test_every_run_keeps_its_report_and_sea_report_lists_them(disk_dir, shm_dir):
     """A rerun that does nothing no longer hides the run that did the work: each run's report is
     kept, ``sea report`` says how many and lists them, ``--run N`` shows one, ``--plot`` draws one."""
