@@ -87,6 +87,9 @@ def test_a_home_with_room_for_the_outputs_only_runs_to_the_end(engine, disk_dir,
     assert not [p for p in home.rglob(f"*{TMP_MARK}*")] and sea_private_dirs(shm_dir) == []
 
 
+# 30 s of CPU; the budget's rule is tested by default in test_checkpoint_policy, the files a fast
+# home holds by the benchmarks (issue 32's target)
+@pytest.mark.slow
 def test_a_fast_home_keeps_checkpoints_within_the_budget_in_one_file_each(disk_dir, shm_dir):
     """On a fast home (the local disk) the expensive steps are worth a copy: the packs stay within
     the bytes the run delivers, one file each, and the work directory holds nothing else but Sea's
