@@ -67,7 +67,7 @@ def study_data(engine: str, directory: Path) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("engine", ["nipype", "pydra"])
+@pytest.mark.parametrize("engine", [pytest.param("nipype", marks=pytest.mark.slow), "pydra"])  # the core's room check is one: --run-slow has both
 def test_a_home_with_room_for_the_outputs_only_runs_to_the_end(engine, disk_dir, shm_dir, tmpfs_factory):
     """The home (work directory and outputs) on a tmpfs with room for what the run delivers and
     Sea's own files (measured on a run on the disk, checkpoints none) and a quarter more, not for the
