@@ -180,7 +180,7 @@ class SeaDaskPlugin(DaskTaskLoop):
             with RunLock.acquire(home), self.dask.client() as client:  # one run per home, then as on one machine
                 sweep_partial_copies(WorkflowGraph.from_specs(specs), home, logger)  # before any worker flushes
                 self.client = client
-                self.storage = plugin_name()  # this run's, beside other runs' on the cluster
+                self.storage = plugin_name(self.token)  # this run's, beside other runs' on the cluster
                 client.register_plugin(NodeStorage(self.sea, home, specs, relocate=nx_.relocate_results), name=self.storage)
                 self._address = self._workers_now()
                 self.planner = LocalityPlanner(WorkflowGraph.from_specs(specs), dict.fromkeys(self._address, 1), busy_threshold=self.dask.busy_threshold)

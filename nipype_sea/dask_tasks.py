@@ -26,7 +26,7 @@ class DaskTaskLoop(nx_.EventedTaskLoop):
         super().__init__(plugin_args=plugin_args)
         self.client = None
         self._ids = count()
-        self._token = uuid.uuid4().hex[:12]  # in each task's key: runs sharing a scheduler never share a task
+        self.token = uuid.uuid4().hex[:12]  # the run's, in each task's key: runs sharing a scheduler never share a task
         self._futures: dict[int, tuple[object, object]] = {}  # taskid -> (tag, future)
         self._outcomes: dict[int, object] = {}  # taskid -> what the task returned, or its exception
 
@@ -34,7 +34,7 @@ class DaskTaskLoop(nx_.EventedTaskLoop):
         """``function(*args)`` on Dask (``options`` as ``Client.submit``'s); ``tag``: what the
         subclass calls the task (see :meth:`running`)."""
         taskid = next(self._ids)
-        future = self.client.submit(function, *args, pure=False, key=f"{name}-{self._token}-{taskid}", **options)
+        future = self.client.submit(function, *args, pure=False, key=f"{name}-{self.token}-{taskid}", **options)
         self._futures[taskid] = (tag, future)
         future.add_done_callback(functools.partial(self._collect, taskid))
         return taskid

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,10 +82,11 @@ class NodeStorage(WorkerPlugin):
         return {"worker": self.worker_name, "report": report, "flush_error": error}
 
 
-def plugin_name() -> str:
-    """A new run's name for its plugin: runs sharing a cluster (two users' on one scheduler, or
-    two of one user's at once) each have their own, on every worker."""
-    return f"{NAME}-{uuid.uuid4().hex[:12]}"
+def plugin_name(token: str) -> str:
+    """The name of the plugin of the run ``token`` names (one of its own, as its tasks' keys have):
+    runs sharing a cluster (two users' on one scheduler, or two of one user's at once) each have
+    their own, on every worker."""
+    return f"{NAME}-{token}"
 
 
 def current(name: str) -> NodeStorage:
