@@ -637,7 +637,9 @@ class SeaEngine:
             node.finished = time.monotonic()
             if started is not None and node.started and node.started < started <= node.finished:
                 node.started = started
-            size, files = disk_usage(p.physical)
+            links: list[Path] = []
+            size, files = disk_usage(p.physical, links)
+            node.links = self.run.link_targets(p, links) + tuple(t for part in self.run.separate_parts(node) for t in part.links)
             staged = staged_files = 0
             if p.staging_root is not None:
                 staged, staged_files = disk_usage(p.staging_root)
@@ -671,10 +673,11 @@ class SeaEngine:
                 self.report.bytes_written_home += size
             fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self.run.fingerprint(path)) is not None}
             self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
-            gives = list(gives)
+            gives = [*gives, *node.links]  # a link into another node's directory names a file of it too
+            self.placer.link_named(node, node.links)
             self.flusher.schedule(node, gives)
             node.needs = tuple(sorted({o for o in map(self.run.owner_of, gives) if o is not None and o != key}))  # a pack of it needs them too
-            if node.spec.persist_dir:  # what goes home whole names files in their directories: they go home whole too
+            if node.spec.persist_dir or self.flusher.is_result(node):  # what goes home whole names files in their directories: they go home whole too
                 for lender in map(self.run.nodes.get, node.needs):
                     if lender is not None and not lender.spec.persist_dir and not lender.evicted and lender.state is State.FINISHED and not lender.placement.tier.is_home:
                         self.flusher.send_home_whole(lender)
@@ -711,7 +714,9 @@ class SeaEngine:
         if p is None or part.state is State.FINISHED:
             return
         part.state = State.FINISHED
-        part.size, _ = disk_usage(p.physical)
+        links: list[Path] = []
+        part.size, _ = disk_usage(p.physical, links)
+        part.links = self.run.link_targets(p, links)
         self.hierarchy.settle(p.tier, p.reserved, part.size)
         self.estimator.learn(part.spec.kind, part.size)
         self.run.release_memory(part.spec.key)

@@ -208,17 +208,11 @@ class Evictor:
         moves[run.home / ".sea" / "parts"] = run.home
         if node.placement.staging_root is not None:  # a sink's outputs, at their destinations
             moves[node.placement.staging_root] = Path("/")
-        node.needs = self._needs(node.spec.key, run.relocate(directory, moves))
+        node.needs = self._needs(node.spec.key, [*run.relocate(directory, moves), *node.links])
 
     def _needs(self, key: str, named: Iterable[str]) -> tuple[str, ...]:
         """The other nodes whose directories the paths a node's results name are in."""
-        needs = set()
-        for path in map(Path, named):
-            if path.is_relative_to(self.run.home):
-                owner = self.run.graph.owner(str(path.relative_to(self.run.home)))
-                if owner is not None and owner != key:
-                    needs.add(owner)
-        return tuple(sorted(needs))
+        return tuple(sorted({owner for owner in map(self.run.owner_of, named) if owner is not None and owner != key}))
 
     def record_checkpoint(self, node: NodeState) -> None:
         """The journal vouches for the node's directory in the home (a rerun may reuse it)."""

@@ -204,6 +204,9 @@ class Flusher:
         or the engine's copy of the workflow's outputs fails, and on every rerun. Its ``auto`` copy,
         if one waits, gives way (the directory's own copy is submitted first: nothing evicts it meanwhile)."""
         waiting = self._optional.get(node.spec.key)
+        logical = node.placement.logical
+        if waiting is None and ((node.home_copy is not None and node.home_copy_complete) or (logical.is_dir() and not logical.is_symlink())):
+            return  # whole on its way home already (checkpoints: all), or there
         node.spec = replace(node.spec, persist_dir=True)
         node.checkpoint = True
         self.schedule(node)

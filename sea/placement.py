@@ -207,6 +207,29 @@ class Placer:
         os.symlink(p.physical, p.logical, target_is_directory=True)
         self.run.report.files_created_home += 1
 
+    def link_named(self, node: NodeState, targets: Iterable[str]) -> None:
+        """``node`` finished with symbolic links naming ``targets``: a directory placed without a
+        link from the home (:meth:`place`'s ``link=False``) that one names at its path in the home
+        (where the node saw it, in its view) is linked from there while on its tier, so that the
+        link resolves for every reader (the engine's own process too). Evicted, the link goes; home
+        whole, the directory takes its place."""
+        run = self.run
+        for target in targets:
+            path = Path(target)
+            owner = run.nodes.get(run.owner_of(path) or "") if path.is_relative_to(run.home) else None
+            if owner is None or owner is node or owner.part_of is not None or owner.evicted or owner.placement is None:
+                continue
+            p = owner.placement
+            if p.tier.is_home or p.logical == p.physical or os.path.lexists(p.logical):
+                continue
+            try:
+                run.makedirs(p.logical.parent)
+                os.symlink(p.physical, p.logical, target_is_directory=True)
+            except OSError as error:  # the link then resolves in the nodes' views only
+                run.log.warning("[Sea] %s could not be linked from the home, where a link %s made names it (%s)", owner.spec.key, node.spec.key, error.strerror or error)
+                continue
+            run.report.files_created_home += 1
+
     def drop(self, node: NodeState) -> None:
         """Remove a placed directory (and its link, and a sink's staging area): it runs again."""
         run = self.run

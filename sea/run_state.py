@@ -13,6 +13,7 @@ import enum
 import functools
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ class NodeState:
     in_place: bool = False  # it runs in its directory in the home, which was there before the run
     home_recorded: bool = False  # the journal says its directory is in the home (a checkpoint)
     needs: tuple[str, ...] = ()  # other nodes whose directories its results name
+    links: tuple[str, ...] = ()  # where the symbolic links in its directory point (Run.link_targets)
     replica: bool = False  # a copy of a directory made on another machine, for consumers here
     unpacked: bool = False  # ... or unpacked from its checkpoint's pack, linked from the home (SeaEngine.restore)
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
@@ -163,6 +165,23 @@ class Run:
             if path.is_relative_to(root):
                 return str(path.relative_to(root))
         return None
+
+    @staticmethod
+    def link_targets(placement: Placement, links: Iterable[Path]) -> tuple[str, ...]:
+        """Where ``links``, symbolic links in a node's directory (``placement``'s), point: a relative
+        one from its place in the home (where its node sees it, and where it comes). A link into
+        another node's directory names a file of it as an output naming it does (a tool that links
+        its inputs, ``ln -s ../make/a.dat``): that directory stays while the link's readers run, and
+        goes home with it."""
+        targets = []
+        for link in links:
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            where = placement.logical / link.relative_to(placement.physical)
+            targets.append(os.path.normpath(os.path.join(where.parent, target)))
+        return tuple(targets)
 
     def owner_of(self, path: str | Path) -> str | None:
         """The node whose directory holds ``path`` (in the home, or on a tier), if any."""
@@ -305,13 +324,16 @@ def part_kind(kind: str) -> str:
     return f"{kind}[part]"
 
 
-def disk_usage(path: Path) -> tuple[int, int]:
-    """(bytes, files) under ``path``, not following links."""
+def disk_usage(path: Path, links: list[Path] | None = None) -> tuple[int, int]:
+    """(bytes, files) under ``path``, not following links; the symbolic links found are added to ``links``."""
     total = files = 0
     for f in walk_files(path):
         try:
-            total += f.lstat().st_size
-            files += 1
+            st = f.lstat()
         except FileNotFoundError:
-            pass
+            continue
+        total += st.st_size
+        files += 1
+        if links is not None and stat.S_ISLNK(st.st_mode):
+            links.append(f)
     return total, files

@@ -194,3 +194,32 @@ def HandedOn(n: int) -> File:
 def MadeAndPicked(n: int) -> tuple[Directory, File]:
     made = workflow.add(MakeDir(n=n))
     return made.out, workflow.add(Pick(made=made.out)).out
+
+
+# links a task makes to its producer's file (the eighteenth adversarial pass)
+@python.define(outputs=["out"])
+def MakeFile(n: int) -> File:
+    made = Path(os.path.abspath("a.dat"))
+    made.write_bytes(b"x" * n)
+    return File(made)
+
+
+@python.define(outputs=["absolute", "relative"])
+def LinkTo(in_file: File, tag: str) -> tuple[File, File]:
+    os.symlink(str(in_file), "abs_link.dat")
+    os.symlink(os.path.relpath(str(in_file)), "rel_link.dat")
+    return File(os.path.abspath("abs_link.dat")), File(os.path.abspath("rel_link.dat"))
+
+
+@python.define(outputs=["out"])
+def Size(a: File, b: File) -> int:
+    return os.path.getsize(a) + os.path.getsize(b)
+
+
+@workflow.define(outputs=["read_abs", "read_rel", "size", "last_abs", "last_rel"])
+def Linked(n: int) -> tuple[File, File, int, File, File]:
+    made = workflow.add(MakeFile(n=n))
+    read = workflow.add(LinkTo(in_file=made.out, tag="read"), name="read")  # another task reads its links
+    last = workflow.add(LinkTo(in_file=made.out, tag="last"), name="last")  # nothing does
+    size = workflow.add(Size(a=read.absolute, b=read.relative))
+    return read.absolute, read.relative, size.out, last.absolute, last.relative

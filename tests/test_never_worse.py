@@ -24,6 +24,7 @@ from sea.report import RunReport
 from sea.stager import sweep_temporaries
 
 from conftest import sea_private_dirs, tree_files
+from slowfs_fixtures import slowfs_factory  # noqa: F401 - a fixture, which pytest finds by name
 
 TESTS = Path(__file__).parent
 
@@ -470,6 +471,53 @@ def test_a_datasink_with_a_relative_base_directory_delivers_into_its_own_directo
     assert tree_files(started_in) == {"derivatives/res/a.dat": b"the user's own file"}
 
 
+def _link_to(f):
+    import os
+
+    os.symlink(f, "abs_link.dat")
+    os.symlink(os.path.relpath(f), "rel_link.dat")
+    return [os.path.abspath("abs_link.dat"), os.path.abspath("rel_link.dat")]
+
+
+def _links(directory: Path, root: Path) -> dict[str, tuple[str, bytes]]:
+    """The symbolic links in ``directory``: where each points (an absolute target relative to ``root``) and what it reads."""
+    return {
+        link.name: (os.readlink(link).replace(str(root), "ROOT"), link.read_bytes() if link.exists() else b"DANGLING")
+        for link in sorted(directory.iterdir()) if link.is_symlink()
+    }  # fmt: skip
+
+
+def test_links_a_node_makes_into_its_producers_directory_are_delivered_and_resolve_at_home(tmp_path, shm_dir):
+    """The eighteenth adversarial pass: a node links to its producer's file (``ln -s``, absolute
+    and relative). Its producer's directory was evicted as soon as the node finished: a DataSink of
+    the links delivered nothing and the run succeeded (with ``checkpoints: all``, the relative one
+    was still missing), and a link node that gives the workflow its result left links dangling in
+    the home. A link into another node's directory now names a file of it as an output does: it
+    stays while the link's readers run, and goes home with a directory that goes home."""
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataSink
+
+    from nipype_workflows import run
+
+    seen = {}
+    for plugin, checkpoints in (("MultiProc", None), ("SeaMultiProc", "auto"), ("SeaMultiProc", "all")):
+        root = tmp_path / f"{plugin}-{checkpoints}"
+        wf = Workflow(name="w", base_dir=str(root))
+        make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
+        make.inputs.n = 1000
+        linked = Node(Function(input_names=["f"], output_names=["out"], function=_link_to), name="linked")
+        last = Node(Function(input_names=["f"], output_names=["out"], function=_link_to), name="last")  # nothing reads it
+        sink = Node(DataSink(base_directory=str(root / "out")), name="sink")
+        wf.connect([(make, linked, [("out", "f")]), (make, last, [("out", "f")]), (linked, sink, [("out", "links")])])
+        run(wf, plugin, {"tiers": [{"path": str(shm_dir)}], "checkpoints": checkpoints} if checkpoints else None)
+        seen[plugin, checkpoints] = (tree_files(root / "out"), _links(root / "w" / "last", root))
+    expected = (
+        {"links/abs_link.dat": b"x" * 1000, "links/rel_link.dat": b"x" * 1000},
+        {"abs_link.dat": ("ROOT/w/make/a.dat", b"x" * 1000), "rel_link.dat": ("../make/a.dat", b"x" * 1000)},
+    )
+    assert seen == dict.fromkeys(seen, expected), seen
+
+
 @pytest.mark.parametrize("variant", ["handed-on", "inside-a-directory-output-too"])
 def test_a_workflow_output_naming_a_file_in_another_tasks_directory_is_delivered_and_rerun(tmp_path, shm_dir, variant):
     """The seventeenth adversarial pass: the workflow's output is a file its last task got from
@@ -493,6 +541,59 @@ def test_a_workflow_output_naming_a_file_in_another_tasks_directory_is_delivered
 
 
 MRTRIX = pytest.mark.skipif(shutil.which("mrconvert") is None, reason="MRtrix3 is not installed (apt-get install mrtrix3: the suite installs it itself when run as root on Debian)")
+
+
+def _passes_on(in_file):
+    return in_file
+
+
+def test_a_result_naming_its_producers_file_while_the_producers_copy_is_on_its_way_is_copied_once(shm_dir, slowfs_factory):
+    """A result node whose output names its producer's file sends the producer's directory home
+    with its own. With ``checkpoints: all`` that directory's copy is on its way already (a slow
+    home): it was submitted a second time, into the same temporary directory, and the run ended in
+    a flush error (its second commit found nothing to put in place)."""
+    from nipype import Function, Node, Workflow
+
+    from nipype_workflows import run
+
+    home = slowfs_factory(write_mbps=4).path / "work"
+    wf = Workflow(name="w", base_dir=str(home))
+    make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
+    make.inputs.n = 2 * 2**20  # half a second's copy
+    last = Node(Function(input_names=["in_file"], output_names=["out"], function=_passes_on), name="last")
+    wf.connect(make, "out", last, "in_file")
+    run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}], "checkpoints": "all"})
+    assert (home / "w" / "make" / "a.dat").read_bytes() == b"x" * 2 * 2**20
+    report = RunReport.from_json(home / "sea-report.json")
+    assert report.bytes_flushed < 3 * 2**20, report.to_text()  # once
+
+
+def test_links_a_pydra_task_makes_into_its_producers_directory_are_read_delivered_and_rerun(tmp_path, shm_dir):
+    """The eighteenth adversarial pass: a task returns links (absolute, relative) to its producer's
+    file. Under ``sea`` the task's consumer failed (Pydra hashed the link, which named the producer
+    in the home, where nothing was), and every rerun. Now the run and its rerun read ``cf``'s bytes,
+    and the links of the task nothing reads come home resolving, as ``cf``'s. (Those of the task
+    another reads stay on its tier, as its directory does: the workflow's copy of them is a file
+    with their bytes, where ``cf`` hard-links the link.)"""
+    pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
+    from pydra.engine.submitter import Submitter
+
+    from pydra_workflows import Linked
+
+    seen = {}
+    for worker, options, attempts in (("cf", {}, ("run",)), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}}, ("run", "rerun"))):
+        for attempt in attempts:
+            with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **options) as sub:
+                res = sub(Linked(n=1000))
+            assert not res.errored, (worker, attempt, res.errors)
+            out = res.outputs
+            seen[worker, attempt] = (
+                [Path(f).read_bytes() for f in (out.read_abs, out.read_rel, out.last_abs, out.last_rel)],
+                out.size,
+                [(os.readlink(f).replace(str(tmp_path / worker), "CACHE"), Path(f).read_bytes()) for f in (out.last_abs, out.last_rel)],
+            )
+    assert seen["sea", "run"] == seen["sea", "rerun"] == seen["cf", "run"], seen
+    assert seen["cf", "run"][1] == 2000 and seen["cf", "run"][2][0][0].startswith("CACHE/"), seen
 
 
 def _in_a_child(function, where: Path) -> str:
