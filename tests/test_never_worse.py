@@ -24,7 +24,7 @@ from sea.report import RunReport
 from sea.stager import sweep_temporaries
 
 from conftest import sea_private_dirs, tree_files
-from slowfs_fixtures import slowfs_factory  # noqa: F401 - a fixture, which pytest finds by name
+from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
 
 TESTS = Path(__file__).parent
 
