@@ -182,12 +182,14 @@ class Flusher:
         """The copy of a node directory's ``files``; a file's other names in it (hard links, as a tool
         that links its inputs makes) are linked again in the copy once it is complete, not copied."""
         first: dict[tuple[int, int], Path] = {}
-        copied, links = [], []
+        copied, links, relinks = [], [], []
         for src, dst in files:
             try:
                 st = os.lstat(src)
             except OSError:
                 st = None
+            if st is not None and stat.S_ISLNK(st.st_mode) and (home_form := self.run.home_form(os.readlink(src))) is not None:
+                relinks.append((dst, home_form))  # a link into a tier points where that is in the home
             if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 if (st.st_dev, st.st_ino) in first:
                     links.append((first[(st.st_dev, st.st_ino)], dst))
@@ -195,7 +197,7 @@ class Flusher:
                 first[(st.st_dev, st.st_ino)] = dst
             copied.append((src, dst))
         batch = FlushBatch(key, copied, self.dir_committed)
-        batch.links = links
+        batch.links, batch.relinks = links, relinks
         return batch
 
     def send_home_whole(self, node: NodeState) -> None:
@@ -363,6 +365,14 @@ class Flusher:
                     os.link(existing, other)
             except OSError as error:
                 batch.errors.append(f"{node.home_copy}: a hard link not made again ({error.strerror or error})")
+        if batch.relinks and not batch.errors and not batch.abandoned:
+            try:
+                for link, target in batch.relinks:
+                    made = link.parent / temporary_name(link.name, "link")
+                    os.symlink(target, made)
+                    os.replace(made, link)
+            except OSError as error:
+                batch.errors.append(f"{node.home_copy}: a link not pointed at the home ({error.strerror or error})")
         if run.relocate is not None and not batch.errors and not batch.abandoned and node.home_copy_complete:  # an abandoned copy is dropped
             try:
                 self.evictor.relocate(node, node.home_copy)

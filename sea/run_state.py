@@ -183,6 +183,16 @@ class Run:
             targets.append(os.path.normpath(os.path.join(where.parent, target)))
         return tuple(targets)
 
+    def home_form(self, path: str) -> str | None:
+        """An absolute ``path`` on a tier as the home names it (a link a node made at its tier path,
+        without a view: :mod:`sea.view`); ``None`` for any other path."""
+        if not os.path.isabs(path):
+            return None
+        for root in [t.workdir for t in self.hierarchy.fast_tiers] + [self.home / ".sea" / "parts"]:
+            if Path(path).is_relative_to(root):
+                return str(self.home / Path(path).relative_to(root))
+        return None
+
     def owner_of(self, path: str | Path) -> str | None:
         """The node whose directory holds ``path`` (in the home, or on a tier), if any."""
         relative = self.relative_path(path)

@@ -611,6 +611,7 @@ class FlushBatch:
     cancelled: bool = False  # given up before any of it was written (Stager.cancel): settled then
     failed_optional: str = ""  # an optional copy that failed (out of space, over quota, I/O): why; it settles abandoned
     links: list[tuple[Path, Path]] = field(default_factory=list)  # (a copied file, another name of it) made by its on_done
+    relinks: list[tuple[Path, str]] = field(default_factory=list)  # (a copied symbolic link, where it points in the home) made so by its on_done
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property

@@ -568,20 +568,23 @@ def test_a_result_naming_its_producers_file_while_the_producers_copy_is_on_its_w
     assert report.bytes_flushed < 3 * 2**20, report.to_text()  # once
 
 
-def test_links_a_pydra_task_makes_into_its_producers_directory_are_read_delivered_and_rerun(tmp_path, shm_dir):
+@pytest.mark.parametrize("logical_paths", [True, False])
+def test_links_a_pydra_task_makes_into_its_producers_directory_are_read_delivered_and_rerun(tmp_path, shm_dir, logical_paths):
     """The eighteenth adversarial pass: a task returns links (absolute, relative) to its producer's
     file. Under ``sea`` the task's consumer failed (Pydra hashed the link, which named the producer
     in the home, where nothing was), and every rerun. Now the run and its rerun read ``cf``'s bytes,
     and the links of the task nothing reads come home resolving, as ``cf``'s. (Those of the task
     another reads stay on its tier, as its directory does: the workflow's copy of them is a file
-    with their bytes, where ``cf`` hard-links the link.)"""
+    with their bytes, where ``cf`` hard-links the link.) Without a view (``logical_paths: false``)
+    a task links to its producer's tier path: the link comes home pointing at the home's."""
     pytest.importorskip("pydra.compose", reason="Pydra 1.0 needs Python >= 3.11")
     from pydra.engine.submitter import Submitter
 
     from pydra_workflows import Linked
 
     seen = {}
-    for worker, options, attempts in (("cf", {}, ("run",)), ("sea", {"sea": {"tiers": [{"path": str(shm_dir)}]}}, ("run", "rerun"))):
+    sea = {"tiers": [{"path": str(shm_dir)}], "logical_paths": logical_paths}
+    for worker, options, attempts in (("cf", {}, ("run",)), ("sea", {"sea": sea}, ("run", "rerun"))):
         for attempt in attempts:
             with Submitter(worker=worker, cache_root=tmp_path / worker, n_procs=2, **options) as sub:
                 res = sub(Linked(n=1000))
