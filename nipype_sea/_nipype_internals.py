@@ -351,6 +351,17 @@ def own_inputs(node) -> str:
     return repr([(name, value) for name, value in hashed if name not in node.input_source])
 
 
+def inputs_set(node) -> str:
+    """The inputs the node has before the run (set, or given it by the iterables of the nodes
+    Nipype removed), with their hashes, as text: two nodes in one directory that differ here are
+    different nodes (iterable values Nipype names alike)."""
+    specs = [node.inputs] + ([node._interface.inputs] if is_mapnode(node) else [])  # a MapNode keeps the rest in its interface's
+    try:
+        return repr([spec.get_hashval(hash_method="content")[0] for spec in specs])
+    except Exception:  # noqa: BLE001 - one Nipype cannot hash: as if different
+        return f"unhashable {os.urandom(8).hex()}"
+
+
 def paths_read(result) -> list[str]:
     """The absolute paths among the inputs a node ran with (its ``InterfaceResult.inputs``)."""
     return paths_named(getattr(result, "inputs", None) or {})

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 
 from sea import NodeSpec, SeaConfigError
 
 from . import _nipype_internals as nx_
+
+logger = logging.getLogger("sea")
 
 
 def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
@@ -23,6 +26,7 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
             ) from None
 
     specs: dict[str, NodeSpec] = {}
+    firsts, collided = {}, set()  # key -> the first node of that directory; directories of nodes that differ
     for node in graph.nodes():
         interface = nx_.interface_name(node)
         sink = nx_.sink_base_directory(node) if interface in sinks else None
@@ -40,6 +44,15 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
         twin = specs.get(spec.key)
         if twin is not None:  # two nodes, one directory (iterables repeating a value, parameterize_dirs=False):
             # one node for the core, reading what either reads; the plugin runs the second after the first
+            if spec.key not in collided and nx_.inputs_set(node) != nx_.inputs_set(firsts[spec.key]):
+                collided.add(spec.key)
+                logger.warning(
+                    "[Sea] nodes with different inputs share the directory %s (iterables values Nipype names alike, such as '' "
+                    "and ' '): MultiProc runs each there, and the last one's results stay; Sea runs the first and takes the "
+                    "others as done. Give the values names that differ in letters or digits", spec.key,
+                )  # fmt: skip
             spec = replace(twin, upstream=tuple(dict.fromkeys(twin.upstream + spec.upstream)))
+        else:
+            firsts[spec.key] = node
         specs[spec.key] = spec
     return list(specs.values())

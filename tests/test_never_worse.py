@@ -471,6 +471,34 @@ def test_a_datasink_with_a_relative_base_directory_delivers_into_its_own_directo
     assert tree_files(started_in) == {"derivatives/res/a.dat": b"the user's own file"}
 
 
+def _repeat(v):
+    return v * 2
+
+
+@pytest.mark.parametrize("values", [["", " "], ["a", "a"]])
+def test_iterable_values_nipype_names_alike_are_said_before_the_run(values, tmp_path, shm_dir, caplog):
+    """The eighteenth adversarial pass (D): iterable values Nipype gives one directory name (``''``,
+    ``' '`` and ``'{}'`` are all ``_v_``): MultiProc runs each node there in turn and keeps the
+    last one's results, Sea the first's. The collision is Nipype's; Sea says it before any node
+    runs. A value repeated is the same node twice: nothing to say."""
+    from nipype import Function, IdentityInterface, Node, Workflow
+
+    from nipype_workflows import run
+
+    wf = Workflow(name="w", base_dir=str(tmp_path))
+    src = Node(IdentityInterface(fields=["v"]), name="src")
+    src.iterables = ("v", values)
+    twice = Node(Function(input_names=["v"], output_names=["out"], function=_repeat), name="twice")
+    wf.connect(src, "v", twice, "v")
+    caplog.set_level(logging.WARNING, logger="sea")
+    run(wf, "SeaMultiProc", {"tiers": [{"path": str(shm_dir)}]})
+    said = [r.getMessage() for r in caplog.records if "share the directory" in r.getMessage()]
+    if values[0] == values[1]:
+        assert said == []
+    else:
+        assert len(said) == 1 and "w/_v_/twice" in said[0] and "MultiProc runs each there" in said[0], said
+
+
 def _link_to(f):
     import os
 
