@@ -639,7 +639,6 @@ class SeaEngine:
                 node.started = started
             links: list[Path] = []
             size, files = disk_usage(p.physical, links)
-            node.links = self.run.link_targets(p, links) + tuple(t for part in self.run.separate_parts(node) for t in part.links)
             staged = staged_files = 0
             if p.staging_root is not None:
                 staged, staged_files = disk_usage(p.staging_root)
@@ -673,7 +672,9 @@ class SeaEngine:
                 self.report.bytes_written_home += size
             fingerprints = {path: list(fingerprint) for path in set(reads) if (fingerprint := self.run.fingerprint(path)) is not None}
             self.journal.write("done", key, chain=self.graph.chain(key), **({"reads": fingerprints} if fingerprints else {}))
-            gives = [*gives, *node.links]  # a link into another node's directory names a file of it too
+            gives = list(gives)
+            node.links = self._links_named(node, links, gives)
+            gives += node.links  # a link into another node's directory names a file of it too
             self.placer.link_named(node, node.links)
             self.flusher.schedule(node, gives)
             node.needs = tuple(sorted({o for o in map(self.run.owner_of, gives) if o is not None and o != key}))  # a pack of it needs them too
@@ -686,6 +687,19 @@ class SeaEngine:
             self.evictor.maybe_evict(key)
         self._reader_done(key)
         self._progress(key)
+
+    def _links_named(self, node: NodeState, links: list[Path], gives: list[str]) -> tuple[str, ...]:
+        """Where the symbolic links in ``node``'s directory (``links``) and in its parts placed apart
+        that its outputs (``gives``) name point (:meth:`Run.link_targets`)."""
+        places = [(node.placement, links)]
+        for part in self.run.separate_parts(node):
+            found: list[Path] = []
+            disk_usage(part.placement.physical, found)
+            places.append((part.placement, found))
+        if not any(found for _, found in places):
+            return ()
+        named = {str(path) for given in gives for path in (Path(given), *Path(given).parents)}
+        return tuple(target for placement, found in places for target in self.run.link_targets(placement, found, named))
 
     def _measured(self, key: str, memory: int) -> None:
         node = self.run.nodes.get(key)
@@ -714,9 +728,7 @@ class SeaEngine:
         if p is None or part.state is State.FINISHED:
             return
         part.state = State.FINISHED
-        links: list[Path] = []
-        part.size, _ = disk_usage(p.physical, links)
-        part.links = self.run.link_targets(p, links)
+        part.size, _ = disk_usage(p.physical)
         self.hierarchy.settle(p.tier, p.reserved, part.size)
         self.estimator.learn(part.spec.kind, part.size)
         self.run.release_memory(part.spec.key)

@@ -166,21 +166,34 @@ class Run:
                 return str(path.relative_to(root))
         return None
 
-    @staticmethod
-    def link_targets(placement: Placement, links: Iterable[Path]) -> tuple[str, ...]:
-        """Where ``links``, symbolic links in a node's directory (``placement``'s), point: a relative
-        one from its place in the home (where its node sees it, and where it comes). A link into
-        another node's directory names a file of it as an output naming it does (a tool that links
-        its inputs, ``ln -s ../make/a.dat``): that directory stays while the link's readers run, and
-        goes home with it."""
+    def link_targets(self, placement: Placement, links: Iterable[Path], named: set[str]) -> tuple[str, ...]:
+        """Where the symbolic ``links`` in a node's directory (``placement``'s) that its outputs
+        name (``named``: the paths they name, and every directory above them) point: a relative one
+        from its place in the home (where its node sees it, and where it comes), and on through
+        links in other nodes' directories (a chain of links, a node's each). A link into another
+        node's directory that an output names is a file of it, as if the output named it (a task
+        returning ``ln -s ../make/a.dat``): that directory stays while the link's readers run, and
+        goes home with it. A link no output names (an input Nipype links in, ``copyfile=False``)
+        is read by no consumer."""
         targets = []
         for link in links:
-            try:
-                target = os.readlink(link)
-            except OSError:
-                continue
             where = placement.logical / link.relative_to(placement.physical)
-            targets.append(os.path.normpath(os.path.join(where.parent, target)))
+            if str(where) not in named and str(link) not in named:
+                continue
+            for _hop in range(MAX_LINK_HOPS):
+                try:
+                    target = os.path.normpath(os.path.join(where.parent, os.readlink(link)))
+                except OSError:
+                    break
+                targets.append(target)
+                owner = self.nodes.get(self.owner_of(target) or "")
+                relative = self.relative_path(target)
+                if owner is None or owner.placement is None or relative is None or owner.evicted:
+                    break
+                inside = Path(relative).relative_to(owner.spec.key)
+                link, where = owner.placement.physical / inside, owner.placement.logical / inside
+                if not link.is_symlink():
+                    break
         return tuple(targets)
 
     def home_form(self, path: str) -> str | None:
@@ -332,6 +345,9 @@ class Run:
 def part_kind(kind: str) -> str:
     """The kind a MapNode's sub-nodes are estimated as, from their MapNode's."""
     return f"{kind}[part]"
+
+
+MAX_LINK_HOPS = 8  # links followed from one a node's outputs name, through other nodes' directories
 
 
 def disk_usage(path: Path, links: list[Path] | None = None) -> tuple[int, int]:

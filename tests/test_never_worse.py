@@ -507,6 +507,10 @@ def _link_to(f):
     return [os.path.abspath("abs_link.dat"), os.path.abspath("rel_link.dat")]
 
 
+def _first(items):
+    return items[0]
+
+
 def _links(directory: Path, root: Path) -> dict[str, tuple[str, bytes]]:
     """The symbolic links in ``directory``: where each points (an absolute target relative to ``root``) and what it reads."""
     return {
@@ -519,9 +523,10 @@ def test_links_a_node_makes_into_its_producers_directory_are_delivered_and_resol
     """The eighteenth adversarial pass: a node links to its producer's file (``ln -s``, absolute
     and relative). Its producer's directory was evicted as soon as the node finished: a DataSink of
     the links delivered nothing and the run succeeded (with ``checkpoints: all``, the relative one
-    was still missing), and a link node that gives the workflow its result left links dangling in
-    the home. A link into another node's directory now names a file of it as an output does: it
-    stays while the link's readers run, and goes home with a directory that goes home."""
+    was still missing), and a link node that gives the workflow its result (here: links to the
+    links of the first) left links dangling in the home. A link into another node's directory that an output names now names a file of it as
+    the output would: it stays while the link's readers run, and goes home with a directory that
+    goes home; so does the directory a link it points to points into (a chain)."""
     from nipype import Function, Node, Workflow
     from nipype.interfaces.io import DataSink
 
@@ -534,14 +539,16 @@ def test_links_a_node_makes_into_its_producers_directory_are_delivered_and_resol
         make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
         make.inputs.n = 1000
         linked = Node(Function(input_names=["f"], output_names=["out"], function=_link_to), name="linked")
-        last = Node(Function(input_names=["f"], output_names=["out"], function=_link_to), name="last")  # nothing reads it
+        chained = Node(Function(input_names=["f"], output_names=["out"], function=_link_to), name="chained")  # to a link of linked's; nothing reads it
         sink = Node(DataSink(base_directory=str(root / "out")), name="sink")
-        wf.connect([(make, linked, [("out", "f")]), (make, last, [("out", "f")]), (linked, sink, [("out", "links")])])
+        wf.connect([(make, linked, [("out", "f")]), (linked, sink, [("out", "links")])])
+        wf.connect(linked, ("out", _first), chained, "f")
         run(wf, plugin, {"tiers": [{"path": str(shm_dir)}], "checkpoints": checkpoints} if checkpoints else None)
-        seen[plugin, checkpoints] = (tree_files(root / "out"), _links(root / "w" / "last", root))
+        seen[plugin, checkpoints] = (tree_files(root / "out"), _links(root / "w" / "linked", root), _links(root / "w" / "chained", root))
     expected = (
         {"links/abs_link.dat": b"x" * 1000, "links/rel_link.dat": b"x" * 1000},
         {"abs_link.dat": ("ROOT/w/make/a.dat", b"x" * 1000), "rel_link.dat": ("../make/a.dat", b"x" * 1000)},
+        {"abs_link.dat": ("ROOT/w/linked/abs_link.dat", b"x" * 1000), "rel_link.dat": ("../linked/abs_link.dat", b"x" * 1000)},
     )
     assert seen == dict.fromkeys(seen, expected), seen
 
