@@ -88,7 +88,7 @@ class NodeState:
     in_place: bool = False  # it runs in its directory in the home, which was there before the run
     home_recorded: bool = False  # the journal says its directory is in the home (a checkpoint)
     needs: tuple[str, ...] = ()  # other nodes whose directories its results name
-    links: tuple[str, ...] = ()  # where the symbolic links in its directory point (Run.link_targets)
+    links: tuple[str, ...] = ()  # where the symbolic links in its directory its results name point (Run.link_targets)
     replica: bool = False  # a copy of a directory made on another machine, for consumers here
     unpacked: bool = False  # ... or unpacked from its checkpoint's pack, linked from the home (SeaEngine.restore)
     part_of: str | None = None  # a sub-directory placed on its own (a MapNode's sub-node)
