@@ -10,7 +10,8 @@ producers is reusable. It is *in the home* when its whole directory is there as 
 checkpoint: same directory, and every directory its results name in the home too).
 
 A reusable node is skipped when it is in the home (a consumer that runs reads it there) or when every
-consumer is skipped (nobody needs its data); otherwise it runs again, and the plan says why. A node
+consumer is skipped (nobody needs its data) and it is no result of the workflow (a node nothing
+reads, whose directory the user reads in the home); otherwise it runs again, and the plan says why. A node
 the journal does not know that has a directory in the home (another plugin's, an older run's) is
 left to the engine's own cache check, as under MultiProc or cf (:func:`admit`). A killed run's
 partial copies are removed first (:func:`sweep_partial_copies`).
@@ -62,6 +63,8 @@ class RerunPlan:
 
     def why(self, key: str) -> str:
         status = self.status.get(key, CHANGED)
+        if status == EVICTED and self.needed_by[key] == key:
+            return "what the workflow made, not in the home"
         if status == EVICTED:
             return f"evicted, needed by {self.needed_by[key]}"
         if status == CACHE_CHECK:
@@ -81,8 +84,11 @@ def plan_rerun(graph: WorkflowGraph, journal: Journal | Mapping[str, NodeRecord]
         in_home[key] = reusable[key] and (_checkpoint_in_home(journal.get(key), home / key, in_home, home) or _packed(journal.get(key), home, key, in_home))
     for key in reversed(order):
         runs = [c for c in graph.consumers(key) if c not in plan.skip]
-        persist = graph.nodes[key].persist_dir
-        if reusable[key] and (in_home[key] or (not runs and not persist)):
+        spec = graph.nodes[key]
+        # what the workflow made (a node nothing reads, a Pydra output job) is read in the home:
+        # skipped only when it is there (a directory removed by hand is made again, as under MultiProc)
+        made = spec.persist_dir or (not graph.consumers(key) and spec.sink_destination is None)
+        if reusable[key] and (in_home[key] or (not runs and not made)):
             plan.skip.add(key)
             plan.status[key] = REUSED
             if runs and journal.get(key).pack is not None and journal.get(key).checkpoint is None:

@@ -499,6 +499,39 @@ def test_iterable_values_nipype_names_alike_are_said_before_the_run(values, tmp_
         assert len(said) == 1 and "w/_v_/twice" in said[0] and "MultiProc runs each there" in said[0], said
 
 
+def _copy_of(f):
+    import os
+    import shutil
+
+    return shutil.copy(f, os.path.abspath("copy.dat"))
+
+
+def test_a_result_directory_removed_by_hand_is_made_again_by_the_rerun(tmp_path, shm_dir):
+    """The nineteenth adversarial pass: the directory of a node nothing reads (what the workflow
+    made), removed from the home by hand: MultiProc's rerun makes it again; Sea's skipped it (its
+    journal said done, and no consumer needed it) and it stayed missing, on every rerun."""
+    from nipype import Function, Node, Workflow
+
+    from nipype_workflows import run
+
+    made = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        def build():
+            wf = Workflow(name="w", base_dir=str(tmp_path / plugin))
+            make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
+            make.inputs.n = 1000
+            last = Node(Function(input_names=["f"], output_names=["out"], function=_copy_of), name="last")
+            wf.connect(make, "out", last, "f")
+            return wf
+
+        sea = {"tiers": [{"path": str(shm_dir)}]} if plugin == "SeaMultiProc" else None
+        run(build(), plugin, sea)
+        shutil.rmtree(tmp_path / plugin / "w" / "last")
+        run(build(), plugin, sea)
+        made[plugin] = (tmp_path / plugin / "w" / "last" / "copy.dat").read_bytes()
+    assert made == {"MultiProc": b"x" * 1000, "SeaMultiProc": b"x" * 1000}
+
+
 def _link_to(f):
     import os
 
