@@ -516,7 +516,7 @@ def test_a_result_directory_removed_by_hand_is_made_again_by_the_rerun(tmp_path,
 
     made = {}
     for plugin in ("MultiProc", "SeaMultiProc"):
-        def build():
+        def build(plugin=plugin):
             wf = Workflow(name="w", base_dir=str(tmp_path / plugin))
             make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
             make.inputs.n = 1000
