@@ -342,7 +342,10 @@ def producers(node, graph) -> list[tuple[Path, str]]:
 
 
 def own_inputs(node) -> str:
-    """The node's unconnected inputs with their hashes, as Nipype hashes them, as text."""
+    """The node's unconnected inputs with their hashes, as Nipype hashes them, as text; a node
+    that must run every time (``overwrite=True``) never has the same (Nipype runs it again)."""
+    if getattr(node, "overwrite", None):
+        return f"overwrite {os.urandom(8).hex()}"
     hash_method = (node.config or {}).get("execution", {}).get("hash_method", "timestamp")
     try:
         hashed, _ = node.inputs.get_hashval(hash_method=hash_method)

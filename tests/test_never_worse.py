@@ -532,6 +532,45 @@ def test_a_result_directory_removed_by_hand_is_made_again_by_the_rerun(tmp_path,
     assert made == {"MultiProc": b"x" * 1000, "SeaMultiProc": b"x" * 1000}
 
 
+def _with_setting(x):
+    import os
+
+    with open(os.environ["SEA_TEST_SETTING"]) as f:
+        setting = f.read()
+    out = os.path.abspath("o.txt")
+    with open(out, "w") as f:
+        f.write(f"{x}-{setting}")
+    return out
+
+
+def test_a_node_with_overwrite_runs_again_on_every_rerun(tmp_path, shm_dir, monkeypatch):
+    """The nineteenth adversarial pass: ``Node(..., overwrite=True)`` runs on every run under
+    MultiProc (here it reads a setting no input names, changed between the runs). Sea's journal took
+    it, and its sink, as done: both kept the first run's results."""
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataSink
+
+    from nipype_workflows import run
+
+    setting = tmp_path / "setting.txt"
+    monkeypatch.setenv("SEA_TEST_SETTING", str(setting))
+    seen = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        root = tmp_path / plugin
+        for value in ("one", "two"):
+            setting.write_text(value)
+            wf = Workflow(name="w", base_dir=str(root))
+            start = Node(Function(input_names=["v"], output_names=["out"], function=_repeat), name="start")
+            start.inputs.v = 1
+            mid = Node(Function(input_names=["x"], output_names=["out"], function=_with_setting), name="mid", overwrite=True)
+            last = Node(Function(input_names=["x"], output_names=["out"], function=_with_setting), name="last", overwrite=True)
+            sink = Node(DataSink(base_directory=str(root / "out")), name="sink")
+            wf.connect([(start, mid, [("out", "x")]), (start, last, [("out", "x")]), (mid, sink, [("out", "mid")])])
+            run(wf, plugin, {"tiers": [{"path": str(shm_dir)}]} if plugin == "SeaMultiProc" else None)
+            seen[plugin, value] = ((root / "out" / "mid" / "o.txt").read_text(), (root / "w" / "last" / "o.txt").read_text())
+    assert seen == {(p, v): ("2-" + v, "2-" + v) for p in ("MultiProc", "SeaMultiProc") for v in ("one", "two")}, seen
+
+
 def _link_to(f):
     import os
 
