@@ -1,9 +1,11 @@
-"""Ctrl-C and SIGTERM end a run the same way, and the adapters can tell that one did.
+"""Ctrl-C, SIGTERM and SIGHUP end a run the same way, and the adapters can tell that one did.
 
 A batch system stops a job at its time limit with SIGTERM, then SIGKILL some seconds later (SLURM:
-``KillWait``, 30 s by default). Python's default for SIGTERM is to die on the spot, leaving copies
-half-written; as ``KeyboardInterrupt`` it unwinds through the adapters, which stop the running
-nodes and let the engine commit the flushes already under way (``SeaEngine.close(interrupted=True)``).
+``KillWait``, 30 s by default); a terminal that closes sends SIGHUP. Python's default for both is to
+die on the spot, leaving copies half-written (the declared outputs not home); as
+``KeyboardInterrupt`` it unwinds through the adapters, which stop the running nodes and let the
+engine commit the flushes already under way (``SeaEngine.close(interrupted=True)``). A signal the
+run was started ignoring (``nohup``'s SIGHUP) stays ignored.
 
 The signal reaches the worker processes too (a terminal and SLURM signal the whole process group);
 one of them dying can end the run with the engine's own error (Nipype: ``BrokenProcessPool``)
@@ -26,7 +28,8 @@ import signal
 import threading
 from collections.abc import Callable
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal the run was started from closed
+RESENT = (signal.SIGTERM, signal.SIGHUP)  # the process ends on them once wound down, as under the engine's own plugin
 
 
 class StopSignals:
@@ -42,7 +45,8 @@ class StopSignals:
         """``stop(signum)``: what a stop signal does instead of raising KeyboardInterrupt on the spot."""
         if not self._previous and threading.current_thread() is threading.main_thread():
             self.received, self._raising, self._stop = None, True, stop
-            self._previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+            # one ignored stays ignored (nohup's SIGHUP, a background job's SIGINT)
+            self._previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
         return self
 
     def quiet(self) -> None:
@@ -63,9 +67,9 @@ class StopSignals:
             self.resend()
 
     def resend(self) -> None:
-        """After :meth:`restore`: a SIGTERM received is delivered again (see there)."""
-        if self.received == signal.SIGTERM and not self._previous:
-            signal.raise_signal(signal.SIGTERM)
+        """After :meth:`restore`: a SIGTERM (or SIGHUP) received is delivered again (see there)."""
+        if self.received in RESENT and not self._previous:
+            signal.raise_signal(self.received)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.received = signum
@@ -87,6 +91,8 @@ def die_on_terminate() -> None:
     parent), and go on running its job: a pool that lost a process to the OOM killer terminates the
     others, whose nodes run again in directories such a survivor would still write into."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     die_with_parent()
 
 

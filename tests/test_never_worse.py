@@ -21,7 +21,7 @@ import pytest
 
 from sea import SeaConfig, SeaConfigError, SeaError
 from sea.report import RunReport
-from sea.stager import sweep_temporaries
+from sea.stager import TMP_MARK, sweep_temporaries
 
 from conftest import sea_private_dirs, tree_files
 from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
@@ -308,6 +308,49 @@ def test_sigterm_ends_a_run_as_it_ends_multiprocs(disk_dir, shm_dir):
     assert proc.returncode == -signal.SIGTERM, (proc.returncode, err[-3000:])
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
     assert RunReport.from_json(disk_dir / "work" / "sea-report.json").interrupted
+    assert sea_private_dirs(shm_dir) == []
+
+
+@pytest.mark.parametrize("hangup", ["handled", "ignored"])
+def test_a_hangup_during_the_last_flush_commits_the_outputs_first(hangup, shm_dir, slowfs_factory):
+    """The nineteenth adversarial pass: the terminal the run was started from closing (SIGHUP) as
+    the declared outputs went home: Sea's process died on the spot, leaving them half-written under
+    temporary names and the tier full; MultiProc's sink had written them already. SIGHUP now stops
+    a run as SIGTERM does: what is under way is committed, then the process ends on the signal. A
+    run started ignoring it (``nohup``) goes on ignoring it."""
+    fs = slowfs_factory(write_mbps=16)
+    home, out = fs.path / "work", fs.path / "out"
+    body = """
+        import signal
+        from nipype import Function, Node, Workflow
+        from nipype.interfaces.io import DataSink
+
+        if {ignored}:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts it
+
+        def big(n):
+            import os
+            with open("big.dat", "wb") as f:
+                f.write(b"x" * n)
+            return os.path.abspath("big.dat")
+
+        wf = Workflow(name="w", base_dir={home!r})
+        node = Node(Function(input_names=["n"], output_names=["out"], function=big), name="big")
+        node.inputs.n = 16 * 2**20  # 1 s to the slow home
+        sink = Node(DataSink(base_directory={out!r}), name="sink")
+        wf.connect(node, "out", sink, "res")
+        wf.run(plugin="SeaMultiProc", plugin_args={{"n_procs": 1, "sea": {{"tiers": [{{"path": {tier!r}}}]}}}})
+    """.format(home=str(home), out=str(out), tier=str(shm_dir), ignored=hangup == "ignored")
+    proc = subprocess.Popen([sys.executable, str(script_file(body))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (out.is_dir() and any(TMP_MARK in p.name for p in out.rglob("*"))):
+        time.sleep(0.01)  # the output is on its way home
+    os.killpg(proc.pid, signal.SIGHUP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == (-signal.SIGHUP if hangup == "handled" else 0), (proc.returncode, err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    assert tree_files(out) == {"res/big.dat": b"x" * 16 * 2**20}
+    assert [p for p in out.rglob("*") if TMP_MARK in p.name] == []
     assert sea_private_dirs(shm_dir) == []
 
 
