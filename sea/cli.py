@@ -208,17 +208,15 @@ def _plan(args: argparse.Namespace) -> Plan:
     hierarchy = StorageHierarchy.build(config, found.home)
     try:
         tiers = [
-            TierModel(str(t.root), min(t.free_space(), t.capacity or float("inf")), cached_probe(t.root))
+            TierModel(str(t.root), min(t.free_space(), t.capacity or float("inf")), _measured(t.root, "choose tiers you may write in"))
             for t in hierarchy.fast_tiers
         ]
     finally:
         hierarchy.close()
     existing = next(p for p in [found.home, *found.home.parents] if p.is_dir())  # before the first run
-    shared = cached_probe(existing)
-    shared = Bandwidth(
-        read=args.shared_read_mbps * 1e6 if args.shared_read_mbps else shared.read,
-        write=args.shared_write_mbps * 1e6 if args.shared_write_mbps else shared.write,
-    )
+    given = Bandwidth(read=(args.shared_read_mbps or 0) * 1e6, write=(args.shared_write_mbps or 0) * 1e6)
+    shared = given if given.read and given.write else _measured(existing, "give --shared-read-mbps and --shared-write-mbps instead")
+    shared = Bandwidth(read=given.read or shared.read, write=given.write or shared.write)
     history_path = found.home / HISTORY
     history = SizeEstimator.load(history_path, config.default_node_size)
     graph = WorkflowGraph.from_specs(found.specs)
@@ -226,6 +224,18 @@ def _plan(args: argparse.Namespace) -> Plan:
         graph, history, tiers, shared, args.n_procs, found.input_bytes,
         learned=history_path.is_file(), poll_seconds=found.poll_seconds, prefetch=config.prefetch.enabled, config=config,
     )  # fmt: skip
+
+
+def _measured(directory: Path, fix: str) -> Bandwidth:
+    """:func:`cached_probe` of ``directory``; one line where it cannot write there (another user's
+    work directory, read-only to this one), with the ``fix``."""
+    try:
+        return cached_probe(directory)
+    except OSError as error:
+        raise SeaConfigError(
+            f"cannot measure the bandwidth of {str(directory)!r} ({error.strerror or error}): the plan writes a test file "
+            f"there; {fix}, or plan as a user who may write there"
+        ) from None
 
 
 def _rerun_plan(args: argparse.Namespace, shown: int = 12) -> str:

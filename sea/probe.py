@@ -7,6 +7,7 @@ filesystem changes by the minute, so ``sea plan`` also takes its bandwidth from 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -80,8 +81,12 @@ def probe_or_recall(directory: Path, fresh: bool = False, nbytes: int = 64 * 2**
     measured = probe(Path(directory), nbytes)
     cache.setdefault(host, {})[key] = {"read": measured.read, "write": measured.write, "at": time.time()}
     path = cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(cache, indent=1))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(cache, indent=1))
+        os.replace(tmp, path)
+    except OSError:  # a home one may not write (a container's): measured again next time
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return measured, False

@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from example_workflows.incrementation.workflow import make_chunks
 from sea.graph import NodeSpec, WorkflowGraph
 from sea.model import Bandwidth, TierModel, Workload, predict_sea, predict_shared, simulate
 
@@ -55,6 +58,27 @@ def test_predictions_order_shared_sea_and_bounds():
     assert abs(a.io_seconds - ((8 * 32e6 + 40 * 32e6) / BUSY.read + (48 * 32e6) / BUSY.write)) < 1e-9
     # outputs alone at 30 MB/s are a floor for Sea (the limit L of the benchmark)
     assert c.lower >= w.output_bytes / BUSY.write
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount: made as root")
+def test_sea_plan_where_it_may_not_write_is_one_line_and_takes_the_bandwidth_given(disk_dir, tmp_path):
+    """The twentieth adversarial pass: ``sea plan`` of a work directory the caller may not write (a
+    colleague's) measured its filesystem by writing a file there: a traceback of Sea's. Now one line
+    saying so and what to give instead; given both figures, it measures nothing there."""
+    env = {**os.environ, "SEA_DEMO_ROOT": str(disk_dir / "demo"), "SEA_CACHE": str(tmp_path / "cache")}
+    target = "example_workflows.incrementation.plan:workflow"
+    given = [sys.executable, "-m", "sea.cli", "plan", target, "--shared-read-mbps", "200", "--shared-write-mbps", "30"]
+    make_chunks(disk_dir / "demo" / "data", 4, 8)  # the demo's input data, as the target makes it
+    subprocess.run(["mount", "--bind", str(disk_dir), str(disk_dir)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(disk_dir)], check=True)
+        refused = subprocess.run([sys.executable, "-m", "sea.cli", "plan", target], capture_output=True, text=True, env=env)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+        assert refused.stderr.count("\n") == 1 and "cannot measure the bandwidth of" in refused.stderr and "--shared-write-mbps" in refused.stderr, refused.stderr
+        planned = subprocess.run(given, capture_output=True, text=True, env=env)
+        assert planned.returncode == 0 and "makespan" in planned.stdout, planned.stderr[-2000:]
+    finally:
+        subprocess.run(["umount", str(disk_dir)], check=True)
 
 
 def test_sea_plan_on_the_example(disk_dir):
