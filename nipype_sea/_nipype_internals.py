@@ -354,6 +354,22 @@ def own_inputs(node) -> str:
     return repr([(name, value) for name, value in hashed if name not in node.input_source])
 
 
+LISTING_GRABBERS = ("DataGrabber", "SelectFiles", "FreeSurferSource")  # Nipype's grabbers that search local directories
+
+
+def grabbed_now(node) -> str:
+    """What a grabber (:data:`LISTING_GRABBERS`) would hand on if it ran now, as text: Nipype runs
+    one on every run (``always_run``), so a file added since the last run that its pattern matches
+    reaches its consumers; Sea's journal must not take them as done. ``''`` for other nodes, and
+    where it cannot be told before the run (an input another node gives it)."""
+    if interface_name(node) not in LISTING_GRABBERS or is_mapnode(node) or node.overwrite is False:
+        return ""
+    try:
+        return repr(sorted(node.interface._list_outputs().items()))
+    except Exception:  # noqa: BLE001 - an input not known yet, no file matching: the run says so
+        return ""
+
+
 def inputs_set(node) -> str:
     """The inputs the node has before the run (set, or given it by the iterables of the nodes
     Nipype removed), with their hashes, as text: two nodes in one directory that differ here are

@@ -33,7 +33,7 @@ def node_specs(graph, home: Path, sinks: tuple[str, ...]) -> list[NodeSpec]:
         spec = NodeSpec(
             key=key(nx_.logical_dir(node)),
             kind=f"{interface}:{node.name}",
-            signature=nx_.own_inputs(node),
+            signature=nx_.own_inputs(node) + nx_.grabbed_now(node),
             upstream=tuple((key(d), label) for d, label in nx_.producers(node, graph)),
             sink_destination=sink,
             persist_dir=interface in sinks and sink is None,

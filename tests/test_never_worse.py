@@ -614,6 +614,50 @@ def test_a_node_with_overwrite_runs_again_on_every_rerun(tmp_path, shm_dir, monk
     assert seen == {(p, v): ("2-" + v, "2-" + v) for p in ("MultiProc", "SeaMultiProc") for v in ("one", "two")}, seen
 
 
+def _first_bytes(files):
+    import os
+
+    out = os.path.abspath("joined.dat")
+    with open(out, "wb") as f:
+        for name in [files] if isinstance(files, str) else files:  # a grabber's one file is no list
+            with open(name, "rb") as g:
+                f.write(g.read()[:4] + b"|")
+    return out
+
+
+@pytest.mark.parametrize("grabber", ["DataGrabber", pytest.param("SelectFiles", marks=pytest.mark.slow)])  # the same signature: with --run-slow
+def test_a_file_a_grabber_finds_since_the_last_run_reaches_its_consumers(grabber, tmp_path, shm_dir):
+    """The twentieth adversarial pass: a grabber's pattern (``run*.dat``) matches a file added
+    since the last run. MultiProc runs grabbers on every run, and its consumers read the new file;
+    Sea's journal took them all as done (it knew only the files the grabber named before), and the
+    outputs stayed as they were. Now what the grabber would find is part of its signature."""
+    from nipype import Function, Node, Workflow
+    from nipype.interfaces.io import DataGrabber, DataSink, SelectFiles
+
+    from nipype_workflows import run
+
+    data = tmp_path / "data"
+    data.mkdir()
+    seen = {}
+    for plugin in ("MultiProc", "SeaMultiProc"):
+        for name in ("run1.dat", "run2.dat", "run3.dat"):
+            (data / name).unlink(missing_ok=True)
+        for added in ("run1.dat", "run2.dat"):
+            (data / added).write_bytes(added.encode())
+            wf = Workflow(name="w", base_dir=str(tmp_path / plugin))
+            if grabber == "DataGrabber":
+                grab = Node(DataGrabber(outfields=["f"], sort_filelist=True, base_directory=str(data), template="run*.dat"), name="grab")
+                grab.inputs.template_args = {"f": [[]]}
+            else:
+                grab = Node(SelectFiles({"f": "run*.dat"}, base_directory=str(data), sort_filelist=True, force_lists=True), name="grab")
+            joined = Node(Function(input_names=["files"], output_names=["out"], function=_first_bytes), name="joined")
+            sink = Node(DataSink(base_directory=str(tmp_path / plugin / "out")), name="sink")
+            wf.connect([(grab, joined, [("f", "files")]), (joined, sink, [("out", "joined")])])
+            run(wf, plugin, {"tiers": [{"path": str(shm_dir)}]} if plugin == "SeaMultiProc" else None)
+            seen[plugin, added] = (tmp_path / plugin / "out" / "joined" / "joined.dat").read_bytes()
+    assert seen["SeaMultiProc", "run2.dat"] == seen["MultiProc", "run2.dat"] == b"run1|run2|", seen
+
+
 def _link_to(f):
     import os
 
