@@ -24,9 +24,19 @@ from sea.report import RunReport
 from sea.stager import TMP_MARK, sweep_temporaries
 
 from conftest import sea_private_dirs, tree_files
-from slowfs_fixtures import *  # noqa: F403 - the fixtures, which pytest finds by name
 
 TESTS = Path(__file__).parent
+
+
+@pytest.fixture
+def slow_fs():
+    """``slow_fs(write_mbps=...)``: a throttled FUSE mount (``slowfs_fixtures``), imported here, not
+    at the module's top: the scripts this module's tests run import its helpers, where the
+    repository's ``benchmarks`` is not importable."""
+    from slowfs_fixtures import slowfs_scratch
+
+    with contextlib.ExitStack() as stack:
+        yield lambda **settings: stack.enter_context(slowfs_scratch(**settings))
 
 
 def run_script(body: str, timeout: float = 120, **env) -> subprocess.CompletedProcess:
@@ -312,13 +322,13 @@ def test_sigterm_ends_a_run_as_it_ends_multiprocs(disk_dir, shm_dir):
 
 
 @pytest.mark.parametrize("hangup", ["handled", "ignored"])
-def test_a_hangup_during_the_last_flush_commits_the_outputs_first(hangup, shm_dir, slowfs_factory):
+def test_a_hangup_during_the_last_flush_commits_the_outputs_first(hangup, shm_dir, slow_fs):
     """The nineteenth adversarial pass: the terminal the run was started from closing (SIGHUP) as
     the declared outputs went home: Sea's process died on the spot, leaving them half-written under
     temporary names and the tier full; MultiProc's sink had written them already. SIGHUP now stops
     a run as SIGTERM does: what is under way is committed, then the process ends on the signal. A
     run started ignoring it (``nohup``) goes on ignoring it."""
-    fs = slowfs_factory(write_mbps=16)
+    fs = slow_fs(write_mbps=16)
     home, out = fs.path / "work", fs.path / "out"
     body = """
         import signal
@@ -741,7 +751,7 @@ def _passes_on(in_file):
     return in_file
 
 
-def test_a_result_naming_its_producers_file_while_the_producers_copy_is_on_its_way_is_copied_once(shm_dir, slowfs_factory):
+def test_a_result_naming_its_producers_file_while_the_producers_copy_is_on_its_way_is_copied_once(shm_dir, slow_fs):
     """A result node whose output names its producer's file sends the producer's directory home
     with its own. With ``checkpoints: all`` that directory's copy is on its way already (a slow
     home): it was submitted a second time, into the same temporary directory, and the run ended in
@@ -750,7 +760,7 @@ def test_a_result_naming_its_producers_file_while_the_producers_copy_is_on_its_w
 
     from nipype_workflows import run
 
-    home = slowfs_factory(write_mbps=4).path / "work"
+    home = slow_fs(write_mbps=4).path / "work"
     wf = Workflow(name="w", base_dir=str(home))
     make = Node(Function(input_names=["n"], output_names=["out"], function=_make_a_file), name="make")
     make.inputs.n = 2 * 2**20  # half a second's copy
