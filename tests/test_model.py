@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -66,6 +68,9 @@ def test_sea_plan_where_it_may_not_write_is_one_line_and_takes_the_bandwidth_giv
     colleague's) measured its filesystem by writing a file there: a traceback of Sea's. Now one line
     saying so and what to give instead; given both figures, it measures nothing there."""
     env = {**os.environ, "SEA_DEMO_ROOT": str(disk_dir / "demo"), "SEA_CACHE": str(tmp_path / "cache")}
+    (tmp_path / "cache").mkdir()  # the tier's figures known (its probe is not what this tests), the home's not
+    known = {"read": 5e9, "write": 3e9, "at": 0}
+    (tmp_path / "cache" / "bandwidth.json").write_text(json.dumps({socket.gethostname(): {"/dev/shm": known}}))
     target = "example_workflows.incrementation.plan:workflow"
     given = [sys.executable, "-m", "sea.cli", "plan", target, "--shared-read-mbps", "200", "--shared-write-mbps", "30"]
     make_chunks(disk_dir / "demo" / "data", 4, 8)  # the demo's input data, as the target makes it

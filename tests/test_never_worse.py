@@ -321,7 +321,7 @@ def test_sigterm_ends_a_run_as_it_ends_multiprocs(disk_dir, shm_dir):
     assert sea_private_dirs(shm_dir) == []
 
 
-@pytest.mark.parametrize("hangup", ["handled", "ignored"])
+@pytest.mark.parametrize("hangup", ["handled", pytest.param("ignored", marks=pytest.mark.slow)])  # nohup's: with --run-slow
 def test_a_hangup_during_the_last_flush_commits_the_outputs_first(hangup, shm_dir, slow_fs):
     """The nineteenth adversarial pass: the terminal the run was started from closing (SIGHUP) as
     the declared outputs went home: Sea's process died on the spot, leaving them half-written under
