@@ -63,6 +63,7 @@ def assert_every_configuration(text: str, sections: list[str], configs: str = SM
     assert "| C within 1.15x of the limit L |" in text
 
 
+@pytest.mark.slow  # with --run-slow, as the full cross product below (README command 2's 12 minutes)
 def test_benchmark_smoke_runs_each_engines_plugin_and_sea(tmp_path):
     """MultiProc and Sea, and T for the limit, on the busy filesystem (incrementation: the workload
     every configuration, Pydra's too, runs), and Pydra's cf and Sea's worker on the bare disk (the

@@ -208,6 +208,7 @@ def assert_cluster_idle(slurm: Path) -> None:
     assert wait_until(lambda: not job_mounts(slurm / "jobtmp"), 15), f"job tmpfs left mounted: {job_mounts(slurm / 'jobtmp')}"
 
 
+@pytest.mark.slow  # SLURM by default: test_docs' array job; this one with --run-slow (README command 2's 12 minutes)
 @pytest.mark.timeout(300)  # with the session's SLURM start (apt-get install if needed)
 def test_incrementation_on_two_slurm_jobs_matches_multiproc(slurm, reference, home):
     data, expected = reference
