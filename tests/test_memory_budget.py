@@ -239,7 +239,7 @@ def test_memory_a_node_was_measured_to_hold_is_reserved_for_its_kind_in_the_next
     assert report.nodes_run == 4 and report.memory.nodes_held >= 1  # the 3 nodes and the sink ran; one waited for memory
 
 
-@pytest.mark.slow  # a worker lost under SeaMultiProc runs by default (test_kill_matrix); this one with --run-slow (README command 2's 12 minutes)
+@pytest.mark.slow  # a worker lost to the OOM killer under SeaMultiProc runs by default (above), Pydra's killed worker in test_pydra_dask; this one with --run-slow (README command 2's 12 minutes)
 @needs_cgroup
 def test_a_pydra_worker_lost_to_the_oom_killer_reruns_its_job(shared, tmp_path):
     """Pydra's cf loses the whole run there (its broken pool fails every job in it); SeaWorker replaces
